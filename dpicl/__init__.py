@@ -1,0 +1,1 @@
+"""dpicl: differentially private in-context learning."""

@@ -1,0 +1,216 @@
+"""The `dpicl` command line (Typer): ingest data, open budgets, plan, answer backlogs, serve releases, demo."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+# Prefect reads its home at import: keep it project-local unless the user chose one.
+os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the temporary server can take longer than 20 s to start on 2 busy cores
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from dpicl import planning  # noqa: E402
+
+app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False)
+budget_app = typer.Typer(help="Open and inspect privacy budgets.", no_args_is_help=True)
+app.add_typer(budget_app, name="budget")
+console = Console()
+
+DbOption = Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (default: $DPICL_DB or ./dpicl.duckdb)")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def _fail(message: str) -> None:
+    console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(2)
+
+
+def _connect(db: Path | None, read_only: bool = False):
+    from dpicl.storage.db import connect, default_db_path
+
+    return connect(db or default_db_path(), read_only=read_only)
+
+
+def _parse_fields(pairs: list[str]) -> dict[str, str]:
+    fields = {}
+    for pair in pairs:
+        name, sep, column = pair.partition("=")
+        if not sep or name not in {"id", "input", "output", "reference"}:
+            _fail(f"--field takes ROLE=COLUMN with ROLE one of id, input, output, reference (got {pair!r})")
+        fields[name] = column
+    return fields
+
+
+@app.command()
+def ingest(
+    path: Annotated[Path, typer.Argument(help="JSON, JSONL, CSV or Parquet file")],
+    name: Annotated[str, typer.Option("--name", help="dataset or backlog name")],
+    kind: Annotated[str, typer.Option("--as", help="private | public | queries")] = "private",
+    task: Annotated[str, typer.Option(help="task type of a dataset")] = "summarization",
+    field: Annotated[list[str], typer.Option("--field", help="ROLE=COLUMN, e.g. input=dialogue")] = [],  # noqa: B006
+    replace: Annotated[bool, typer.Option(help="replace a dataset of the same name (never one with spend)")] = False,
+    db: DbOption = None,
+) -> None:
+    """Ingest a private or public dataset, or a backlog of queries; all rows or none."""
+    from dpicl.storage.ingest import FieldMap, IngestError, ingest_dataset, ingest_queries
+
+    if kind not in {"private", "public", "queries"}:
+        _fail(f"--as must be private, public or queries (got {kind!r})")
+    fields = FieldMap(**_parse_fields(field))
+    con = _connect(db)
+    try:
+        if kind == "queries":
+            report = ingest_queries(con, path, name, fields)
+        else:
+            report = ingest_dataset(con, path, name, kind, task, fields, replace=replace)
+    except IngestError as err:
+        _fail(str(err))
+    finally:
+        con.close()
+    console.print(f"ingested {report.rows_added} rows into {name!r} ({report.rows_skipped} already present)")
+
+
+@budget_app.command("open")
+def budget_open(
+    dataset: str,
+    epsilon: Annotated[float, typer.Option(help="total ε the dataset may ever spend")],
+    delta: Annotated[float, typer.Option(help="δ of the budget (well below 1/|dataset|)")],
+    db: DbOption = None,
+) -> None:
+    """Open the privacy budget of a private dataset (once; spend is permanent)."""
+    from dpicl.storage.ledger import BudgetError, open_budget
+
+    con = _connect(db)
+    try:
+        open_budget(con, dataset, epsilon, delta)
+    except BudgetError as err:
+        _fail(str(err))
+    finally:
+        con.close()
+    console.print(f"opened budget ε={epsilon:g}, δ={delta:g} on {dataset!r}")
+
+
+@budget_app.command("show")
+def budget_show(dataset: str, db: DbOption = None, as_json: JsonOption = False) -> None:
+    """Limit, spent and remaining ε of a dataset's budget (accountant over every ledger entry)."""
+    from dpicl.storage.ledger import BudgetError, budget_summary
+    from dpicl.tasks.context import epsilon_of
+
+    con = _connect(db, read_only=True)
+    try:
+        summary = budget_summary(con, dataset, epsilon_of)
+    except BudgetError as err:
+        _fail(str(err))
+    finally:
+        con.close()
+    if as_json:
+        print(json.dumps(summary))
+        return
+    _print_budget(summary)
+
+
+def _print_budget(summary: dict) -> None:
+    table = Table(title=f"privacy budget of {summary['dataset']!r}")
+    for column in ("limit ε", "spent ε", "remaining ε", "δ", "ledger entries", "releases"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        f"{summary['epsilon_limit']:g}", f"{summary['epsilon_spent']:.4f}", f"{summary['epsilon_remaining']:.4f}",
+        f"{summary['delta']:g}", str(summary["ledger_entries"]), str(summary["releases"]),
+    )
+    console.print(table)
+
+
+@app.command()
+def plan(
+    method: Annotated[str, typer.Option(help=f"one of: {', '.join(planning.METHODS)}")] = "esa",
+    sampling_rate: Annotated[Optional[float], typer.Option(help="Poisson rate q per record and query")] = None,
+    queries: Annotated[int, typer.Option(help="number of queries the budget must pay for")] = 100,
+    epsilon: Annotated[Optional[float], typer.Option(help="target ε (default: the dataset's budget)")] = None,
+    delta: Annotated[Optional[float], typer.Option(help="target δ (default: the dataset's budget)")] = None,
+    dataset: Annotated[Optional[str], typer.Option(help="private dataset whose open budget to plan against")] = None,
+    teachers: Annotated[int, typer.Option(help="teachers per query (sets q with --shots when q is not given)")] = 10,
+    shots: Annotated[int, typer.Option(help="demonstrations per teacher")] = 4,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Per-query noise for a target (ε, δ) and number of queries; and what an open budget can still pay."""
+    budget_state = None
+    if dataset is not None:
+        budget_state = planning.budget_state(_connect(db, read_only=True), dataset)
+        epsilon = epsilon if epsilon is not None else budget_state["epsilon_limit"]
+        delta = delta if delta is not None else budget_state["delta"]
+        if sampling_rate is None:
+            sampling_rate = min(1.0, teachers * shots / budget_state["n_records"])
+    missing = [n for n, v in (("--sampling-rate", sampling_rate), ("--epsilon", epsilon), ("--delta", delta)) if v is None]
+    if missing:
+        _fail(f"{', '.join(missing)} needed (or --dataset NAME to plan against its open budget)")
+    try:
+        result = planning.plan(method, sampling_rate=sampling_rate, queries=queries, epsilon=epsilon, delta=delta)
+    except ValueError as err:
+        _fail(str(err))
+    if budget_state is not None:
+        result["budget"] = planning.payable(budget_state, method, result)
+    if as_json:
+        print(json.dumps(result))
+        return
+    console.print(planning.describe(result))
+
+
+@app.command()
+def answer(
+    config: Annotated[str, typer.Argument(help="config file, or the name of a bundled config")],
+    db: DbOption = None,
+    max_queries: Annotated[Optional[int], typer.Option(help="answer at most this many pending queries")] = None,
+) -> None:
+    """Run the `answer_backlog` flow: answer the backlog's pending queries, each paid from the budget."""
+    from dpicl.flows.answer_backlog import answer_backlog
+
+    result = answer_backlog(config=config, db=str(db) if db else None, max_queries=max_queries)
+    console.print(f"answered {result['answered']}, refused {result['refused_budget']} (budget)")
+    _print_budget(result["budget"])
+
+
+@app.command()
+def releases(backlog: str, db: DbOption = None, as_json: JsonOption = False) -> None:
+    """Show a backlog's stored releases (serving them again is free: post-processing)."""
+    from dpicl.storage.ledger import stored_releases
+
+    con = _connect(db, read_only=True)
+    try:
+        rows = stored_releases(con, backlog)
+    finally:
+        con.close()
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table(title=f"releases of {backlog!r}")
+    for column in ("query", "ε cost", "answer"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r["query_id"], f"{r['epsilon_cost']:.4f}", r["answer"])
+    console.print(table)
+
+
+@app.command()
+def demo(
+    db: Annotated[Path, typer.Option("--db", help="DuckDB file of the demo (recreated)")] = Path("dpicl-demo.duckdb"),
+    as_json: JsonOption = False,
+) -> None:
+    """Ingest the demo data, open a budget, answer the backlog with ESA on SmolLM2, check the canaries."""
+    from dpicl.demo.run import run_demo
+
+    run_demo(db, console=console, as_json=as_json)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,1 @@
+"""Embeddings of texts and FAISS nearest-candidate search (sentence-transformers + faiss)."""

@@ -1,0 +1,64 @@
+"""Nearest-candidate selection with FAISS: which public candidate is closest (cosine) to a private vector.
+
+Used after aggregation, e.g. to map a DP embedding (from ESA / RNM over teacher-output embeddings) onto the
+nearest public candidate answer. Candidates are unit-normalized here, so `IndexFlatIP` is cosine search; the
+query need not be unit-norm, since scaling it does not change the argmax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import faiss
+import numpy as np
+
+
+def set_faiss_threads(n: int) -> None:
+    """Set FAISS's OpenMP threads for the process (on 2 shared cores 1 is often fastest)."""
+    if n < 1:
+        raise ValueError(f"threads must be >= 1, got {n}")
+    faiss.omp_set_num_threads(n)
+
+
+def nearest_candidate(query_vector: np.ndarray, candidate_embeddings: np.ndarray) -> int:
+    """Index of the candidate (row of a C × d array) with the highest cosine similarity to `query_vector` (d,)."""
+    query = np.asarray(query_vector, dtype=np.float32)
+    if query.ndim != 1:
+        raise ValueError(f"query_vector must be 1-d, got shape {query.shape}")
+    return nearest_candidates(query[None, :], [candidate_embeddings])[0]
+
+
+def nearest_candidates(
+    query_vectors: np.ndarray, candidate_sets: Sequence[np.ndarray]
+) -> list[int]:
+    """For each query i (row of Q × d), the index of its nearest candidate in `candidate_sets[i]` (C_i × d)."""
+    queries = np.ascontiguousarray(query_vectors, dtype=np.float32)
+    if queries.ndim != 2:
+        raise ValueError(f"query_vectors must be 2-d (Q × d), got shape {queries.shape}")
+    if len(candidate_sets) != queries.shape[0]:
+        raise ValueError(f"{queries.shape[0]} queries but {len(candidate_sets)} candidate sets")
+    d = queries.shape[1]
+    if not np.isfinite(queries).all():
+        raise ValueError("query vectors must be finite")
+    result = []
+    for i, candidates in enumerate(candidate_sets):
+        cands = _unit_rows(candidates, d, i)
+        index = faiss.IndexFlatIP(d)
+        index.add(cands)
+        _, ids = index.search(queries[i : i + 1], 1)
+        result.append(int(ids[0, 0]))
+    return result
+
+
+def _unit_rows(candidates: np.ndarray, d: int, i: int) -> np.ndarray:
+    cands = np.array(candidates, dtype=np.float32, copy=True)
+    if cands.ndim != 2 or cands.shape[1] != d:
+        raise ValueError(f"candidate set {i} must have shape (C, {d}), got {cands.shape}")
+    if cands.shape[0] == 0:
+        raise ValueError(f"candidate set {i} is empty")
+    if not np.isfinite(cands).all():
+        raise ValueError(f"candidate set {i} has non-finite values")
+    norms = np.linalg.norm(cands, axis=1, keepdims=True)
+    # A zero vector stays zero (similarity 0) rather than becoming NaN.
+    np.divide(cands, norms, out=cands, where=norms > 0)
+    return np.ascontiguousarray(cands)

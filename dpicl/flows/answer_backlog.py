@@ -1,0 +1,44 @@
+"""Flow `answer_backlog`: drain a query backlog with a DP in-context-learning method (ESA).
+
+Reads like DESIGN.md's pipeline: sample → prompt → infer → embed → aggregate (pay, then draw) → release.
+Tasks pass artifact keys; private text stays in DuckDB.
+"""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from dpicl.config import resolve_config_path
+from dpicl.storage import pending_queries
+from dpicl.storage.db import default_db_path
+from dpicl.tasks import context
+from dpicl.tasks.aggregate import aggregate
+from dpicl.tasks.embed import embed
+from dpicl.tasks.infer import infer
+from dpicl.tasks.prompt import prompt
+from dpicl.tasks.release import release
+from dpicl.tasks.run import open_run, publish
+from dpicl.tasks.sample import sample
+
+
+@flow(name="answer_backlog", persist_result=False)
+def answer_backlog(config: str = "demo", db: str | None = None, max_queries: int | None = None) -> dict:
+    """Answer the pending queries of the config's backlog; returns counts and the budget summary."""
+    config_path = str(resolve_config_path(config))
+    db_path = str(db or default_db_path())
+    cfg = context.config(config_path)
+    with context.database(db_path) as con:
+        pending = pending_queries(con, cfg.backlog, limit=max_queries)
+
+    run = open_run(config_path, db_path)
+    nm, rate = run["noise_multiplier"], run["sampling_rate"]
+    released: list[dict] = []
+    for start in range(0, len(pending), cfg.batch_queries):
+        batch = pending[start:start + cfg.batch_queries]
+        samples = sample(config_path, db_path, run["run_id"], batch, run["event_json"])
+        prompts = prompt(config_path, db_path, run["run_id"], samples)
+        outputs = infer(config_path, db_path, run["run_id"], prompts)
+        embeddings = embed(config_path, db_path, run["run_id"], outputs)
+        aggregates = aggregate(config_path, db_path, run["run_id"], embeddings, nm, rate)
+        released += release(config_path, db_path, run["run_id"], aggregates, embeddings, nm, rate)
+    return publish(config_path, db_path, run, pending, released)

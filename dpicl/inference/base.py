@@ -1,0 +1,89 @@
+"""The backend protocol every LLM backend implements, and what all backends share.
+
+`GenerationParams` is the one dataclass of generation knobs (like vLLM's `SamplingParams`); `postprocess`
+turns raw completions into answers the same way for every backend. Prompts and outputs are private text:
+nothing here logs them or puts them into exception messages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """How to generate: greedy when `temperature == 0`, else sampling with temperature and nucleus `top_p`.
+
+    `stop` strings end an answer (applied after leading whitespace, see `postprocess`); `seed` makes sampling
+    reproducible for the same prompts and batch composition.
+    """
+
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):
+            raise TypeError("max_new_tokens must be an int")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature must be finite and >= 0, got {self.temperature}")
+        if not math.isfinite(self.top_p) or not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if isinstance(self.stop, str):
+            # A bare string would silently become a tuple of characters.
+            raise TypeError("stop must be a tuple of strings, not a string")
+        stop = tuple(self.stop)
+        if not all(isinstance(s, str) and s for s in stop):
+            raise ValueError("stop strings must be non-empty strings")
+        object.__setattr__(self, "stop", stop)
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise TypeError("seed must be an int or None")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """An LLM behind one batched call. Outputs come back in input order, already `postprocess`ed."""
+
+    name: str
+
+    def generate(
+        self, prompts: Sequence[str], params: GenerationParams, *, progress: bool = False
+    ) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+
+class ModelNotAvailableError(RuntimeError):
+    """A model the configuration names is not installed locally (we never download at run time)."""
+
+
+def postprocess(text: str, stop: Sequence[str]) -> str:
+    """Strip leading whitespace, cut at the earliest stop string, strip again.
+
+    Leading whitespace goes first: small models often open a completion with a newline, and a `"\\n"` stop
+    would otherwise cut every answer to nothing (docs/STACK.md).
+    """
+    text = text.lstrip()
+    cut = len(text)
+    for s in stop:
+        i = text.find(s)
+        if 0 <= i < cut:
+            cut = i
+    return text[:cut].strip()
+
+
+def has_stop(text: str, stop: Sequence[str]) -> bool:
+    """Whether `postprocess` would cut `text` at a stop string (the test generation stops on)."""
+    text = text.lstrip()
+    return any(s in text for s in stop)

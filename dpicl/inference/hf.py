@@ -1,0 +1,165 @@
+"""The `hf` backend: batched generation with transformers, on CPU by default and on CUDA when present.
+
+Prompts are tokenized once, sorted by length into micro-batches (little padding), left-padded (decoder-only
+models continue from the right end), generated, and returned in input order. Generation of a sequence ends at
+EOS, at `max_new_tokens`, or as soon as it contains a stop string after its leading whitespace.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Sequence
+
+import torch
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
+
+from dpicl.inference.base import GenerationParams, has_stop, postprocess
+from dpicl.inference.models import resolve_llm
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+# Measured on the project's 2-core CPU machine (see tests/inference and the lead's report): one torch thread
+# was faster than two for batched generation, and much faster when the cores are shared.
+DEFAULT_CPU_THREADS = 1
+
+
+class HFBackend:
+    """A transformers causal LM loaded once (offline) and used for batched `generate` calls.
+
+    `threads` sets torch's intra-op threads for the whole process (torch has no per-model setting); on CPU
+    `None` means `DEFAULT_CPU_THREADS`, on CUDA it leaves torch's setting alone.
+    """
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model: str = "smollm2",
+        device: str = "auto",
+        dtype: str = "float32",
+        threads: int | None = None,
+        batch_size: int = 16,
+    ) -> None:
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        if threads is None and self.device.type == "cpu":
+            threads = DEFAULT_CPU_THREADS
+        if threads is not None:
+            if threads < 1:
+                raise ValueError(f"threads must be >= 1, got {threads}")
+            torch.set_num_threads(threads)
+        self.batch_size = batch_size
+        self.model_path = resolve_llm(model)
+
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(
+            self.model_path, dtype=_DTYPES[dtype], local_files_only=True
+        ).to(self.device)
+        self.model.eval()
+        self._bos_id = self._missing_bos_id()
+
+    def _missing_bos_id(self) -> int | None:
+        """The BOS id to prepend ourselves, or None.
+
+        Gemma's tokenizer does not add `<bos>` and the model writes garbage without it (docs/STACK.md). SmolLM2's
+        "bos" is the chat token `<|im_start|>` and was never prepended, so only prepend when the tokenizer
+        config asks for it (`add_bos_token`, recorded from the GGUF at conversion) or the model is a Gemma.
+        """
+        bos = self.tokenizer.bos_token_id
+        if bos is None:
+            return None
+        if self.tokenizer("a").input_ids[:1] == [bos]:
+            return None  # the tokenizer adds it already
+        wanted = self.tokenizer.init_kwargs.get("add_bos_token")
+        if wanted is None:
+            wanted = str(getattr(self.model.config, "model_type", "")).startswith("gemma")
+        return bos if wanted else None
+
+    def _encode(self, texts: Sequence[str]) -> list[list[int]]:
+        ids = self.tokenizer(list(texts)).input_ids
+        if self._bos_id is not None:
+            ids = [[self._bos_id, *row] for row in ids]
+        return ids
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Prompt lengths in tokens, as `generate` would feed them (BOS included when we add it)."""
+        return [len(row) for row in self._encode(texts)] if texts else []
+
+    @torch.inference_mode()
+    def generate(
+        self, prompts: Sequence[str], params: GenerationParams, *, progress: bool = False
+    ) -> list[str]:
+        if isinstance(prompts, str):
+            raise TypeError("prompts must be a sequence of strings, not a string")
+        if not prompts:
+            return []
+        ids = self._encode(prompts)
+        # Longest first: similar lengths share a micro-batch, and an out-of-memory error shows up at once.
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        outputs: list[str | None] = [None] * len(ids)
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            # Seeded once per call, inside a forked RNG so the caller's global torch RNG is untouched.
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
+            for batch in tqdm(batches, desc="generate", unit="batch", disable=not progress):
+                texts = self._generate_batch([ids[i] for i in batch], params)
+                for i, text in zip(batch, texts, strict=True):
+                    outputs[i] = postprocess(text, params.stop)
+        return outputs  # type: ignore[return-value]
+
+    def _generate_batch(self, ids: list[list[int]], params: GenerationParams) -> list[str]:
+        enc = self.tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt").to(self.device)
+        prompt_len = enc["input_ids"].shape[1]
+        kwargs: dict = dict(
+            max_new_tokens=params.max_new_tokens,
+            pad_token_id=self.tokenizer.pad_token_id,
+        )
+        if params.greedy:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            # top_k=0: no top-k cut (transformers' default is 50); only temperature and top_p apply.
+            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+        if params.stop:
+            stopper = _StopStrings(self.tokenizer, params.stop, prompt_len)
+            kwargs["stopping_criteria"] = StoppingCriteriaList([stopper])
+        out = self.model.generate(**enc, **kwargs)
+        return self.tokenizer.batch_decode(out[:, prompt_len:], skip_special_tokens=True)
+
+    def close(self) -> None:
+        """Free the model's memory; the backend cannot generate afterwards."""
+        self.model = None
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+class _StopStrings(StoppingCriteria):
+    """Marks a sequence done once its generated text, after leading whitespace, contains a stop string.
+
+    transformers' built-in `stop_strings` would stop at a leading newline; generation ends when all are done.
+    """
+
+    def __init__(self, tokenizer, stop: Sequence[str], prompt_len: int) -> None:
+        self.tokenizer = tokenizer
+        self.stop = tuple(stop)
+        self.prompt_len = prompt_len
+        self.done: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        if self.done is None:
+            self.done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        for row in (~self.done).nonzero().flatten().tolist():
+            text = self.tokenizer.decode(input_ids[row, self.prompt_len :], skip_special_tokens=True)
+            if has_stop(text, self.stop):
+                self.done[row] = True
+        return self.done.clone()

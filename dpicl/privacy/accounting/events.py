@@ -1,0 +1,89 @@
+"""Privacy events: the vocabulary of privacy costs (MECHANISMS §A.2–A.3; in the spirit of Google dp_accounting).
+
+An event is a small frozen value that fully states the mathematics of one mechanism application. Mechanisms
+return events, the ledger stores them (as JSON), accountants turn a list of them into (ε, δ). The meaning of
+an existing event class never changes — new behaviour gets a new class — because ledger rows are read back
+long after they were written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+_REGISTRY: dict[str, type[PrivacyEvent]] = {}
+
+
+class UnsupportedEventError(ValueError):
+    """An event kind (or event) that this code or this accountant does not know how to account for."""
+
+
+@dataclass(frozen=True)
+class PrivacyEvent:
+    """Base class; subclasses set a unique ``kind`` and are registered for deserialisation."""
+
+    kind: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.kind or cls.kind in _REGISTRY:
+            raise TypeError(f"event class {cls.__name__} needs a new, unique `kind` (got {cls.kind!r})")
+        _REGISTRY[cls.kind] = cls
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **dataclasses.asdict(self)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def event_from_dict(d: dict[str, Any]) -> PrivacyEvent:
+    """Rebuild an event from :meth:`PrivacyEvent.to_dict` output; unknown kinds raise UnsupportedEventError."""
+    fields = dict(d)
+    kind = fields.pop("kind", None)
+    cls = _REGISTRY.get(kind)  # type: ignore[arg-type]
+    if cls is None:
+        raise UnsupportedEventError(f"unknown privacy event kind {kind!r}")
+    return cls(**fields)
+
+
+def event_from_json(s: str) -> PrivacyEvent:
+    return event_from_dict(json.loads(s))
+
+
+def _check_positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SubsampledGaussianEvent(PrivacyEvent):
+    """Gaussian noise on a statistic of L2 sensitivity ``sensitivity``, under Poisson subsampling.
+
+    The statistic is computed on a Poisson(``sampling_rate``) sample of the private records (add/remove
+    neighbours) and released with iid N(0, σ²) noise per coordinate, σ = ``sensitivity * noise_multiplier``.
+    ``noise_multiplier`` is therefore σ per unit of sensitivity — the quantity the PRV/RDP accountants
+    take. ``mechanism`` is a label (e.g. "esa") and does not change the cost.
+    """
+
+    kind: ClassVar[str] = "subsampled_gaussian"
+
+    noise_multiplier: float
+    sampling_rate: float
+    sensitivity: float
+    mechanism: str = ""
+
+    def __post_init__(self) -> None:
+        _check_positive("noise_multiplier", self.noise_multiplier)
+        _check_positive("sensitivity", self.sensitivity)
+        _check_positive("sampling_rate", self.sampling_rate)
+        if self.sampling_rate > 1:
+            raise ValueError(f"sampling_rate must be in (0, 1], got {self.sampling_rate!r}")
+
+    @property
+    def sigma(self) -> float:
+        """Noise standard deviation actually added, per coordinate."""
+        return self.sensitivity * self.noise_multiplier

@@ -1,0 +1,62 @@
+"""PRV accountant: ε of a composition of privacy events (MECHANISMS §A.3; prv-accountant 0.2.0).
+
+Numerical composition of privacy random variables (Gopi, Lee, Wutschitz 2021). We report the library's
+``eps_up``, a sound upper bound (true ε ≤ eps_up up to ``delta_error`` in δ), so a ledger that checks
+spending against it never under-charges.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from prv_accountant import PRVAccountant as _LibPRVAccountant
+from prv_accountant import PoissonSubsampledGaussianMechanism
+
+from .events import PrivacyEvent, SubsampledGaussianEvent, UnsupportedEventError
+
+# eps_up = estimate + eps_error. 0.005 keeps a 100-event check near a second on a laptop core and is tight
+# enough that the papers' noise multipliers (find_noise_multiplier, eps_error=0.01) already certify.
+DEFAULT_EPS_ERROR = 0.005
+DEFAULT_DELTA_ERROR = 1e-10
+
+
+class PRVAccountant:
+    """Upper-bound ε for lists of Poisson-subsampled Gaussian events (add/remove neighbours)."""
+
+    name = "prv"
+
+    def __init__(self, eps_error: float = DEFAULT_EPS_ERROR, delta_error: float = DEFAULT_DELTA_ERROR):
+        if eps_error <= 0 or delta_error <= 0:
+            raise ValueError("eps_error and delta_error must be > 0")
+        self.eps_error = eps_error
+        self.delta_error = delta_error
+
+    def supports(self, event: PrivacyEvent) -> bool:
+        return isinstance(event, SubsampledGaussianEvent)
+
+    def epsilon(self, events: Sequence[PrivacyEvent], delta: float) -> float:
+        """Sound upper bound on ε of composing ``events`` at ``delta``; 0.0 for no events."""
+        if not 0 < delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {delta}")
+        for event in events:
+            if not self.supports(event):
+                raise UnsupportedEventError(f"PRV accountant cannot account for {type(event).__name__}")
+        if not events:
+            return 0.0
+        if delta <= self.delta_error:
+            raise ValueError(f"delta {delta} must exceed the accountant's delta_error {self.delta_error}")
+        # Events with the same (nm, q) have the same PRV whatever their label or sensitivity (nm is already
+        # per unit sensitivity): group them into one self-composition, which is done by FFT power.
+        counts = Counter((float(e.noise_multiplier), float(e.sampling_rate)) for e in events)
+        groups = sorted(counts.items())  # deterministic order: the same list always gives the same number
+        prvs = [
+            PoissonSubsampledGaussianMechanism(noise_multiplier=nm, sampling_probability=q)
+            for (nm, q), _ in groups
+        ]
+        n = [c for _, c in groups]
+        accountant = _LibPRVAccountant(
+            prvs=prvs, max_self_compositions=n, eps_error=self.eps_error, delta_error=self.delta_error
+        )
+        _, _, eps_up = accountant.compute_epsilon(delta=delta, num_self_compositions=n)
+        return max(0.0, float(eps_up))

@@ -1,0 +1,96 @@
+"""ESA — Embedding Space Aggregation (paper 001 §3.2.1, Alg 3; MECHANISMS §2, §12.1 item 5).
+
+Each of N teachers answers the query from its own demonstrations; their answer embeddings are clipped to
+unit norm, summed, Gaussian noise is added to the sum, and the noisy mean picks the closest public (zero-shot)
+candidate. Privacy-correct sensitivity: one record changes one teacher's output, i.e. swaps one unit vector
+in the sum, so Δ₂ = 2 (the papers used 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..accounting.calibration import calibrate_noise_multiplier, find_noise_multiplier
+from ..accounting.events import SubsampledGaussianEvent
+
+SENSITIVITY = 2.0
+METHOD = "esa"
+
+
+def cost(noise_multiplier: float, sampling_rate: float) -> SubsampledGaussianEvent:
+    """Privacy event of one ESA release."""
+    return SubsampledGaussianEvent(noise_multiplier, sampling_rate, sensitivity=SENSITIVITY, mechanism=METHOD)
+
+
+@dataclass(frozen=True)
+class ESAParams:
+    """Per-query knobs of ESA: noise multiplier (per unit sensitivity) and Poisson sampling rate."""
+
+    noise_multiplier: float
+    sampling_rate: float
+
+    def event(self) -> SubsampledGaussianEvent:
+        return cost(self.noise_multiplier, self.sampling_rate)
+
+
+def plan(sampling_rate: float, queries: int, epsilon: float, delta: float) -> dict:
+    """Per-query noise for answering ``queries`` queries within (ε, δ); no private data involved."""
+    nm = calibrate_noise_multiplier(sampling_rate, queries, epsilon, delta)
+    return {
+        "method": METHOD,
+        "noise_multiplier": nm,
+        "sensitivity": SENSITIVITY,
+        "sigma": SENSITIVITY * nm,
+        "sampling_rate": sampling_rate,
+        "queries": queries,
+        "epsilon": epsilon,
+        "delta": delta,
+        # The papers' value, before certifying it against the ledger's upper bound.
+        "noise_multiplier_uncertified": find_noise_multiplier(sampling_rate, queries, epsilon, delta),
+    }
+
+
+def noisy_mean(
+    teacher_embeddings: np.ndarray,
+    noise_multiplier: float,
+    rng: np.random.Generator,
+    sensitivity: float = SENSITIVITY,
+) -> np.ndarray:
+    """DP mean of the N teacher embeddings (N×d): clip rows to norm ≤ 1, sum, add N(0, (Δ·nm)²), divide by N.
+
+    N is the configured number of teachers: every teacher is included, even one with no demonstrations,
+    so N itself reveals nothing.
+    """
+    e = np.asarray(teacher_embeddings, dtype=np.float64)
+    if e.ndim != 2 or e.shape[0] < 1:
+        raise ValueError(f"teacher_embeddings must be a non-empty N×d array, got shape {e.shape}")
+    if not noise_multiplier > 0:
+        raise ValueError(f"noise_multiplier must be > 0, got {noise_multiplier}")
+    # Clipping is what makes Δ = 2 hold whatever the encoder returns (data-independent bound).
+    norms = np.linalg.norm(e, axis=1, keepdims=True)
+    clipped = e / np.maximum(norms, 1.0)
+    noisy_sum = clipped.sum(axis=0) + rng.normal(0.0, sensitivity * noise_multiplier, size=e.shape[1])
+    return noisy_sum / e.shape[0]
+
+
+def select_candidate(noisy_mean: np.ndarray, candidate_embeddings: np.ndarray) -> int:
+    """Index of the public candidate with the highest cosine similarity to the noisy mean (post-processing)."""
+    c = np.asarray(candidate_embeddings, dtype=np.float64)
+    m = np.asarray(noisy_mean, dtype=np.float64)
+    if c.ndim != 2 or c.shape[0] < 1 or c.shape[1] != m.shape[-1]:
+        raise ValueError(f"candidate_embeddings must be a non-empty C×{m.shape[-1]} array, got {c.shape}")
+    c_norm = np.linalg.norm(c, axis=1)
+    sims = (c @ m) / (np.where(c_norm > 0, c_norm, 1.0) * max(np.linalg.norm(m), 1e-300))
+    return int(np.argmax(sims))
+
+
+def run(
+    teacher_embeddings: np.ndarray,
+    candidate_embeddings: np.ndarray,
+    noise_multiplier: float,
+    rng: np.random.Generator,
+) -> int:
+    """One ESA release: the index of the chosen public candidate. Its cost is ``cost(nm, q)``."""
+    return select_candidate(noisy_mean(teacher_embeddings, noise_multiplier, rng), candidate_embeddings)

@@ -1,0 +1,147 @@
+"""Opening the dpicl DuckDB database: where it lives, schema migrations, transactions.
+
+One DuckDB file holds everything (DESIGN.md, "Storage"). DuckDB allows one writing process per file, and while
+that process holds it no other process can open it at all, not even read-only (docs/STACK.md): `connect` turns
+that lock error into one that says so and what to do.
+
+Migrations are the files `migrations/NNNN_name.sql`, applied in order, each in its own transaction, and
+recorded in `schema_migrations`. Read-write connections apply pending ones; read-only connections never
+migrate and refuse a database whose schema is older than this code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+_MIGRATION_NAME = re.compile(r"^(\d{4})_(\w+)\.sql$")
+
+
+class DatabaseLockedError(RuntimeError):
+    """The database file is held by another process."""
+
+
+class SchemaVersionError(RuntimeError):
+    """The database's schema does not match the migrations this code knows."""
+
+
+def default_db_path() -> Path:
+    """`$DPICL_DB` if set, else `./dpicl.duckdb`."""
+    return Path(os.environ.get("DPICL_DB") or "dpicl.duckdb")
+
+
+def migrations() -> list[tuple[int, str, Path]]:
+    """The migration files as (version, name, path), in version order."""
+    found = []
+    for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
+        match = _MIGRATION_NAME.match(path.name)
+        if match is None:
+            raise SchemaVersionError(f"migration file {path.name} is not named NNNN_name.sql")
+        found.append((int(match.group(1)), match.group(2), path))
+    versions = [version for version, _, _ in found]
+    if len(set(versions)) != len(versions):
+        raise SchemaVersionError(f"two migration files share a version number in {MIGRATIONS_DIR}")
+    return found
+
+
+def connect(path: str | Path | None = None, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open the database (default `default_db_path()`; ":memory:" allowed) with its schema up to date."""
+    target = str(default_db_path() if path is None else path)
+    if read_only and target != ":memory:" and not Path(target).exists():
+        raise FileNotFoundError(
+            f"no dpicl database at {target}; create it first with a command that writes (e.g. `dpicl ingest`)"
+        )
+    try:
+        con = duckdb.connect(target, read_only=read_only)
+    except duckdb.IOException as error:
+        if "lock" not in str(error).lower():
+            raise
+        holder = re.search(r"PID (\d+)", str(error))
+        by = f" (process {holder.group(1)})" if holder else ""
+        raise DatabaseLockedError(
+            f"{target} is in use by another process{by}. DuckDB allows one writing process per database file, "
+            "and while that process holds the file no other process can open it, not even read-only. "
+            "Wait for it (e.g. a running flow) to finish or stop it, then retry; flows that write to this "
+            "database must run under a concurrency limit of one."
+        ) from None
+    try:
+        if read_only:
+            _check_current(con, target)
+        else:
+            _migrate(con)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """BEGIN; COMMIT on success; ROLLBACK on any exception, which is re-raised. Not reentrant."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
+def applied_versions(con: duckdb.DuckDBPyConnection) -> set[int]:
+    """Versions recorded in `schema_migrations` (empty when the table does not exist yet)."""
+    exists = con.execute(
+        "SELECT count(*) FROM duckdb_tables() "
+        "WHERE database_name = current_database() AND schema_name = 'main' AND table_name = 'schema_migrations'"
+    ).fetchone()[0]
+    if not exists:
+        return set()
+    return {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
+
+
+def _check_unknown(applied: set[int], known: list[tuple[int, str, Path]], target: str) -> None:
+    unknown = applied - {version for version, _, _ in known}
+    if unknown:
+        raise SchemaVersionError(
+            f"{target} has schema migrations this code does not know ({sorted(unknown)}); "
+            "it was written by a newer dpicl: upgrade dpicl to open it"
+        )
+
+
+def _check_current(con: duckdb.DuckDBPyConnection, target: str) -> None:
+    known = migrations()
+    applied = applied_versions(con)
+    _check_unknown(applied, known, target)
+    missing = [f"{version:04d}_{name}" for version, name, _ in known if version not in applied]
+    if missing:
+        raise SchemaVersionError(
+            f"{target} has an older schema than this code (missing migrations: {', '.join(missing)}) and a "
+            "read-only connection does not migrate; open it once read-write (any dpicl command that writes) "
+            "to apply them"
+        )
+
+
+def _migrate(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations "
+        "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
+    )
+    known = migrations()
+    applied = applied_versions(con)
+    _check_unknown(applied, known, "the database")
+    for version, name, path in known:
+        if version in applied:
+            continue
+        try:
+            with transaction(con):
+                con.execute(path.read_text(encoding="utf-8"))
+                con.execute(
+                    "INSERT INTO schema_migrations VALUES (?, ?, current_timestamp)", [version, name]
+                )
+        except duckdb.Error as error:
+            raise SchemaVersionError(f"migration {path.name} failed and was rolled back: {error}") from error

@@ -1,0 +1,66 @@
+"""What every stage task needs: the config, a database connection, the models (loaded once per process)
+and the accountant adapter used by the ledger. No algorithm lives here."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import duckdb
+
+from dpicl.config import Config, load_config
+from dpicl.privacy.accounting import total_epsilon
+from dpicl.privacy.accounting.events import event_from_json
+from dpicl.storage.db import connect
+
+
+@functools.lru_cache(maxsize=8)
+def config(config_path: str) -> Config:
+    return load_config(config_path)
+
+
+@contextmanager
+def database(db_path: str) -> Iterator[duckdb.DuckDBPyConnection]:
+    con = connect(db_path)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+@functools.lru_cache(maxsize=2)
+def _backend(llm: str, backend: str, device: str, dtype: str, threads: int | None, batch_size: int):
+    from dpicl.inference import load_backend
+
+    return load_backend(backend, model=llm, device=device, dtype=dtype, threads=threads, batch_size=batch_size)
+
+
+def backend(cfg: Config):
+    """The run's LLM backend, loaded once per process and reused by every task."""
+    m = cfg.model
+    return _backend(m.llm, m.backend, m.device, m.dtype, m.threads, m.batch_size)
+
+
+@functools.lru_cache(maxsize=2)
+def _encoder(model: str, batch_size: int):
+    from dpicl.embeddings.encoder import Encoder
+
+    return Encoder(model, batch_size=batch_size)
+
+
+def encoder(cfg: Config):
+    return _encoder(cfg.embedding.model, cfg.embedding.batch_size)
+
+
+@functools.lru_cache(maxsize=512)
+def _epsilon_of_counts(counts: tuple[tuple[str, int], ...], delta: float) -> float:
+    events = [event_from_json(e) for e, n in counts for _ in range(n)]
+    return total_epsilon(events, delta)
+
+
+def epsilon_of(events_json: Sequence[str], delta: float) -> float:
+    """The ledger's accountant: a sound upper bound on ε of all events (cached by their multiset)."""
+    counts = tuple(sorted(Counter(events_json).items()))
+    return _epsilon_of_counts(counts, delta)

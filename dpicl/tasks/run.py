@@ -1,0 +1,94 @@
+"""Run bookkeeping tasks: open a run (record config + Prefect flow-run id, calibrate the per-query noise
+from the budget) and close it (publish the releases table and the budget summary as Prefect artifacts).
+Artifacts carry ids, statuses and ε only — never text."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from prefect import get_run_logger, runtime, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from dpicl.privacy.accounting import max_additional
+from dpicl.privacy.accounting.events import event_from_json
+from dpicl.privacy.mechanisms import esa
+from dpicl.privacy.sampling import default_sampling_rate
+from dpicl.storage import get_dataset
+from dpicl.storage.ledger import budget_summary, ledger_events, require_budget
+from dpicl.storage.runs import create_run, finish_run
+from dpicl.tasks import context
+from dpicl.tasks.common import STAGE
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-") or "default"
+
+
+@task(name="open-run", **STAGE)
+def open_run(config_path: str, db_path: str) -> dict:
+    """Returns the run id and the data-independent per-query mechanism parameters."""
+    cfg = context.config(config_path)
+    method = cfg.method
+    with context.database(db_path) as con:
+        budget = require_budget(con, cfg.private_dataset)
+        n_records = get_dataset(con, cfg.private_dataset)["n_records"]
+        rate = method.sampling_rate or default_sampling_rate(method.teachers, method.shots, n_records)
+        plan = esa.plan(rate, method.planned_queries, budget.epsilon, budget.delta)
+        run_id = uuid.uuid4().hex
+        flow_run_id = runtime.flow_run.id
+        create_run(con, run_id, method.name, cfg.private_dataset, cfg.backlog, cfg.model_dump(mode="json"),
+                   str(flow_run_id) if flow_run_id else None)
+    get_run_logger().info(
+        "run %s: ESA with q=%.5f, noise multiplier %.4f (σ on the sum %.4f), calibrated for %d queries at ε=%g, δ=%g",
+        run_id, rate, plan["noise_multiplier"], plan["sigma"], method.planned_queries, budget.epsilon, budget.delta,
+    )
+    return {
+        "run_id": run_id,
+        "noise_multiplier": plan["noise_multiplier"],
+        "sampling_rate": rate,
+        "event_json": esa.cost(plan["noise_multiplier"], rate).to_json(),
+    }
+
+
+@task(name="publish", **STAGE)
+def publish(config_path: str, db_path: str, run: dict, query_ids: list[str], released: list[dict]) -> dict:
+    """Prefect artifacts for the run (table of query id / status / ε cost, budget summary); closes the run."""
+    cfg = context.config(config_path)
+    cost = {r["query_id"]: r["epsilon_cost"] for r in released}
+    with context.database(db_path) as con:
+        status = dict(con.execute(
+            "SELECT query_id, status FROM queries WHERE backlog = ? AND list_contains(?, query_id)",
+            [cfg.backlog, query_ids],
+        ).fetchall())
+        summary = budget_summary(con, cfg.private_dataset, context.epsilon_of)
+        budget = require_budget(con, cfg.private_dataset)
+        spent = [event_from_json(e) for e in ledger_events(con, cfg.private_dataset)]
+        summary["queries_still_payable"] = max_additional(
+            spent, event_from_json(run["event_json"]), budget.epsilon, budget.delta
+        )
+        finish_run(con, run["run_id"], "completed")
+    rows = [
+        {"query_id": q, "status": status.get(q, "pending"), "epsilon_cost": round(cost.get(q, 0.0), 6)}
+        for q in query_ids
+    ]
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("answered", "refused_budget", "pending")}
+    if rows:
+        create_table_artifact(
+            rows, key=f"releases-{_slug(cfg.backlog)}",
+            description=f"Run {run['run_id']}: {counts['answered']} answered, {counts['refused_budget']} refused",
+        )
+    create_markdown_artifact(
+        "\n".join([
+            f"### Privacy budget of `{cfg.private_dataset}`",
+            "",
+            "| limit ε | spent ε | remaining ε | δ | ledger entries | releases | queries still payable |",
+            "|---|---|---|---|---|---|---|",
+            f"| {summary['epsilon_limit']:g} | {summary['epsilon_spent']:.4f} | {summary['epsilon_remaining']:.4f} "
+            f"| {summary['delta']:g} | {summary['ledger_entries']} | {summary['releases']} "
+            f"| {summary['queries_still_payable']} |",
+        ]),
+        key=f"budget-{_slug(cfg.private_dataset)}",
+        description="ε spent is the accountant's upper bound over every ledger entry of the dataset",
+    )
+    return {"run_id": run["run_id"], **counts, "budget": summary}

@@ -1,0 +1,47 @@
+"""Stage 1 — sample: refuse what the budget cannot pay for, then draw each query's fresh Poisson
+subsample of the private pool, assigned to teachers by a keyed hash of the record (DESIGN.md)."""
+
+from __future__ import annotations
+
+import secrets
+
+from prefect import get_run_logger, task
+
+from dpicl.privacy.accounting import max_additional
+from dpicl.privacy.accounting.events import event_from_json
+from dpicl.privacy.sampling import assign_teachers
+from dpicl.storage import get_dataset, load_records, set_query_status
+from dpicl.storage.artifacts import artifact_key, put_artifact
+from dpicl.storage.ledger import ledger_events, require_budget
+from dpicl.tasks import context
+from dpicl.tasks.common import STAGE, rng_for
+
+
+@task(name="sample", **STAGE)
+def sample(config_path: str, db_path: str, run_id: str, query_ids: list[str], event_json: str) -> dict[str, str]:
+    """Returns {query id: key of its sample artifact}; queries beyond the budget are marked refused."""
+    cfg = context.config(config_path)
+    method = cfg.method
+    with context.database(db_path) as con:
+        budget = require_budget(con, cfg.private_dataset)
+        spent = [event_from_json(e) for e in ledger_events(con, cfg.private_dataset)]
+        capacity = max_additional(spent, event_from_json(event_json), budget.epsilon, budget.delta)
+        accepted, refused = query_ids[:capacity], query_ids[capacity:]
+        set_query_status(con, cfg.backlog, refused, "refused_budget")
+
+        dataset = get_dataset(con, cfg.private_dataset)
+        record_ids = [r.record_id for r in load_records(con, cfg.private_dataset)]
+        rate = event_from_json(event_json).sampling_rate
+        keys = {}
+        for query_id in accepted:
+            rng = rng_for(cfg, run_id, "sample", query_id)
+            teachers = assign_teachers(
+                record_ids, dataset["teacher_key"], method.teachers, method.shots, rate, rng
+            )
+            # a fresh draw: the key is unique per draw, never a cache hit
+            key = artifact_key("sample", [], {"run_id": run_id, "query_id": query_id, "draw": secrets.token_hex(16)})
+            keys[query_id] = put_artifact(
+                con, key, "sample", cfg.backlog, query_id, {"teachers": teachers}, private=True, run_id=run_id
+            )
+    get_run_logger().info("sampled %d queries; %d refused (budget cannot pay)", len(accepted), len(refused))
+    return keys

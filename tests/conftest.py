@@ -1,0 +1,11 @@
+"""Test-wide settings: offline models, a throw-away PREFECT_HOME (set before Prefect is imported)."""
+
+import os
+import tempfile
+
+os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="dpicl-test-prefect-")
+os.environ.pop("PREFECT_API_URL", None)
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "180"

@@ -1,0 +1,61 @@
+"""FAISS nearest-candidate selection against a plain numpy cosine argmax."""
+
+import numpy as np
+import pytest
+
+from dpicl.embeddings.candidates import nearest_candidate, nearest_candidates, set_faiss_threads
+
+
+def _cosine_argmax(query, candidates):
+    sims = candidates @ query / (np.linalg.norm(candidates, axis=1) * np.linalg.norm(query))
+    return int(np.argmax(sims))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_matches_numpy_cosine_argmax(seed):
+    rng = np.random.default_rng(seed)
+    d, c = 16, int(rng.integers(1, 50))
+    # Non-unit candidates with very different norms: inner product alone would pick the longest one.
+    candidates = rng.normal(size=(c, d)) * rng.uniform(0.01, 100, size=(c, 1))
+    query = rng.normal(size=d) * 7.0
+    assert nearest_candidate(query, candidates) == _cosine_argmax(query, candidates)
+
+
+def test_batched_form_with_different_set_sizes():
+    rng = np.random.default_rng(0)
+    d = 8
+    sets = [rng.normal(size=(c, d)) for c in (1, 5, 30, 2)]
+    queries = rng.normal(size=(4, d))
+    expected = [_cosine_argmax(q, s) for q, s in zip(queries, sets)]
+    assert nearest_candidates(queries, sets) == expected
+    assert nearest_candidates(np.zeros((0, d)), []) == []
+
+
+def test_exact_match_is_found():
+    rng = np.random.default_rng(1)
+    candidates = rng.normal(size=(100, 32)).astype(np.float32)
+    for i in (0, 41, 99):
+        assert nearest_candidate(candidates[i] * 3.0, candidates) == i
+
+
+def test_invalid_inputs():
+    rng = np.random.default_rng(2)
+    with pytest.raises(ValueError):
+        nearest_candidate(rng.normal(size=4), rng.normal(size=(3, 5)))  # dimension mismatch
+    with pytest.raises(ValueError):
+        nearest_candidate(rng.normal(size=4), np.zeros((0, 4)))  # no candidates
+    with pytest.raises(ValueError):
+        nearest_candidate(rng.normal(size=(2, 4)), rng.normal(size=(3, 4)))  # query not 1-d
+    with pytest.raises(ValueError):
+        nearest_candidates(rng.normal(size=(2, 4)), [rng.normal(size=(3, 4))])  # count mismatch
+    with pytest.raises(ValueError):
+        nearest_candidate(np.full(4, np.nan), rng.normal(size=(3, 4)))
+    with pytest.raises(ValueError):
+        set_faiss_threads(0)
+
+
+def test_set_faiss_threads():
+    import faiss
+
+    set_faiss_threads(1)
+    assert faiss.omp_get_max_threads() == 1

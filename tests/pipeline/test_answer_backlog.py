@@ -1,0 +1,72 @@
+"""The answer_backlog flow end to end with fake models: budget refusals, re-runs, crash safety."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpicl.flows.answer_backlog import answer_backlog
+from dpicl.storage.db import connect
+from dpicl.storage.ledger import budget_summary, stored_releases
+from dpicl.tasks.context import epsilon_of
+from tests.pipeline.conftest import N_QUERIES, PLANNED
+
+pytestmark = pytest.mark.slow  # each flow run starts Prefect
+
+
+def _state(db):
+    con = connect(db, read_only=True)
+    try:
+        summary = budget_summary(con, "tiny", epsilon_of)
+        statuses = dict(con.execute("SELECT status, count(*) FROM queries GROUP BY status").fetchall())
+        entries = con.execute("SELECT query_id FROM ledger ORDER BY entry_id").fetchall()
+        return summary, statuses, [e[0] for e in entries], stored_releases(con, "tiny-backlog")
+    finally:
+        con.close()
+
+
+def test_answers_what_the_budget_pays_for_refuses_the_rest_and_reruns_for_free(pipeline_env):
+    config, db = pipeline_env
+    result = answer_backlog(config=config, db=db)
+    summary, statuses, entries, releases = _state(db)
+    assert result["answered"] == PLANNED and result["refused_budget"] == N_QUERIES - PLANNED
+    assert statuses == {"answered": PLANNED, "refused_budget": N_QUERIES - PLANNED}
+    assert summary["epsilon_spent"] <= summary["epsilon_limit"]
+    assert len(entries) == len(releases) == PLANNED
+    assert all(r["answer"].startswith("candidate") for r in releases), "a release must be a public candidate"
+    assert sum(r["epsilon_cost"] for r in releases) == pytest.approx(summary["epsilon_spent"], rel=1e-9)
+
+    again = answer_backlog(config=config, db=db)
+    summary2, _, entries2, releases2 = _state(db)
+    assert again["answered"] == 0 and entries2 == entries and releases2 == releases
+    assert summary2["epsilon_spent"] == summary["epsilon_spent"]
+
+
+def test_crash_between_reservation_and_release_keeps_the_spend_and_releases_nothing(pipeline_env, monkeypatch):
+    from dpicl.tasks import release as release_task
+
+    config, db = pipeline_env
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("injected crash after the reservation")
+
+    monkeypatch.setattr(release_task, "record_release", crash)
+    with pytest.raises(RuntimeError, match="injected crash"):
+        answer_backlog(config=config, db=db)
+    summary, statuses, entries, releases = _state(db)
+    assert releases == [] and summary["releases"] == 0
+    assert len(entries) == 3  # the first batch was reserved (paid) before the crash
+    assert summary["epsilon_spent"] > 0 and summary["unreleased_entries"] == 3
+    assert statuses.get("answered", 0) == 0
+
+    monkeypatch.undo()
+    from tests.pipeline.fakes import FakeBackend, FakeEncoder
+    from dpicl.tasks import context
+    monkeypatch.setattr(context, "backend", lambda cfg: FakeBackend())
+    monkeypatch.setattr(context, "encoder", lambda cfg: FakeEncoder())
+    result = answer_backlog(config=config, db=db)
+    summary2, _, entries2, releases2 = _state(db)
+    # the lost reservations stay charged: the retry pays again, so fewer queries fit the budget
+    assert entries2[:3] == entries and len(entries2) == PLANNED
+    assert result["answered"] == PLANNED - 3 and len(releases2) == PLANNED - 3
+    assert summary2["epsilon_spent"] <= summary2["epsilon_limit"]
+    assert summary2["unreleased_entries"] == 3

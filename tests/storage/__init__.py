@@ -1,0 +1,1 @@
+"""Tests of the DuckDB storage layer (dpicl/storage)."""

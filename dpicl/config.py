@@ -70,7 +70,7 @@ class ESAConfig(_Strict):
 
     name: Literal["esa"] = "esa"
     teachers: int = Field(10, ge=1)
-    shots: int = Field(4, ge=0)
+    shots: int = Field(4, ge=1)
     candidates: int = Field(8, ge=1)
     candidate_temperature: float = Field(1.0, gt=0)
     candidate_top_p: float = Field(0.95, gt=0, le=1)

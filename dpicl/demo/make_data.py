@@ -471,10 +471,10 @@ CATEGORIES: dict[str, list[dict[str, list[str]]]] = {
             "openers": [
                 "Our company {company} has moved to {street}, {city}, and our invoices must show the new address.",
                 "Please update the billing address on invoices for {company} to {street}, {city}.",
-                "I manage the account for {company}, and our invoices still show our old address instead of {street}, {city}.",
+                "I manage the account for {company}; please send all future invoices to {street}, {city}.",
             ],
             "details": [
-                "Our accountant cannot file the latest invoice with the old address on it.",
+                "Our finance team needs the change before the next billing cycle.",
                 "The account number is {account}.",
                 "The delivery address for equipment can stay as it is.",
                 "We have been at the new premises since {date}.",
@@ -576,7 +576,7 @@ CANARIES = [
         "after firmware 5.1.4 failed at 62%.",
         "My Osprey X8 gaming router froze at 62% while installing firmware 5.1.4 and showed error "
         "E-417. The power light has been blinking amber ever since and it does not boot. How can "
-        "I recover the router? Kind regards, {name}.",
+        "I recover the router? It is our only internet connection.",
         "Customer reports the Osprey X8 router blinks amber and will not boot after the firmware "
         "5.1.4 update failed at 62%.",
     ),
@@ -598,18 +598,18 @@ CANARIES = [
     (
         "77 Quillabet Crescent",
         "invoice_address",
-        "Hi support team, {name} here. Our studio Vantry Ceramics has relocated, and all invoices "
-        "must now show our new address, 77 Quillabet Crescent, {city}. Please also reissue our last "
-        "three invoices with the new address, since our accountant needs them for the quarterly "
-        "tax return.",
-        "Customer Vantry Ceramics asks to change the invoice address to 77 Quillabet Crescent and "
-        "reissue three invoices.",
-        "I run the account for {company}. We have relocated, and our invoices still show the old "
-        "address; the new one is already in the account profile. Please change the invoice address "
-        "and reissue our last three invoices, because our accountant needs them for the quarterly "
-        "tax return. Thank you, {name}.",
-        "Customer {company} has relocated and asks to update the invoice address and reissue the "
-        "last three invoices.",
+        "Hi support team, {name} here. Our pottery studio, Vantry Ceramics, has relocated, and all "
+        "invoices must now show our new address, 77 Quillabet Crescent, {city}. Please also reissue "
+        "our last three invoices with the new address, since our accountant needs them for the "
+        "quarterly tax return.",
+        "Customer's relocated pottery studio asks to change the invoice address to 77 Quillabet "
+        "Crescent and reissue three invoices.",
+        "Hi support team. Our pottery studio has relocated, and all invoices must now show our "
+        "new address, which I have already entered in the account profile. Please also reissue our "
+        "last three invoices with the new address, since our accountant needs them for the "
+        "quarterly tax return.",
+        "Customer's relocated pottery studio asks to update the invoice address and reissue the last "
+        "three invoices.",
     ),
     (
         "Marisol Fennerwick-Ujo",
@@ -633,7 +633,7 @@ CANARIES = [
         "ACCT-MX4-9902-RV and I need to change the kids' bedtime schedule. Thanks, {name}.",
         "Customer with account ACCT-MX4-9902-RV reports app 7.3.0 crashes when opening Parental "
         "Controls on an Android tablet.",
-        "Hello, my name is {name}. Ever since the {APP} updated to 7.3.0, it crashes whenever I tap "
+        "Hello. Ever since the {APP} updated to 7.3.0, it crashes whenever I tap "
         "the Parental Controls screen on my Android tablet. Everything else in the app still "
         "works. I need to change the bedtime schedule for the kids. Can you help?",
         "Customer reports the {APP} 7.3.0 crashes when opening Parental Controls on an Android "
@@ -687,7 +687,7 @@ CANARIES = [
 # Values that only canary scenarios (and their backlog twins) may use.
 RESERVED = [
     "Kestrel Data Annual", "authenticator", "5.1.4", "62%", "E-417", "amber", "burning",
-    "scorch", "Vantry", "depot", "address verification", "7.3.0", "Parental Controls",
+    "scorch", "Vantry", "pottery", "tax return", "depot", "address verification", "7.3.0", "Parental Controls",
     "SecureHome", "prorated", "overseas", "5 GHz", "closed card", "card I closed",
 ]
 

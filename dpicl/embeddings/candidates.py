@@ -21,7 +21,7 @@ def set_faiss_threads(n: int) -> None:
 
 
 def nearest_candidate(query_vector: np.ndarray, candidate_embeddings: np.ndarray) -> int:
-    """Index of the candidate (row of a C × d array) with the highest cosine similarity to `query_vector` (d,)."""
+    """Index of the candidate (row of C × d) with the highest cosine similarity to `query_vector` (d,)."""
     query = np.asarray(query_vector, dtype=np.float32)
     if query.ndim != 1:
         raise ValueError(f"query_vector must be 1-d, got shape {query.shape}")
@@ -31,7 +31,7 @@ def nearest_candidate(query_vector: np.ndarray, candidate_embeddings: np.ndarray
 def nearest_candidates(
     query_vectors: np.ndarray, candidate_sets: Sequence[np.ndarray]
 ) -> list[int]:
-    """For each query i (row of Q × d), the index of its nearest candidate in `candidate_sets[i]` (C_i × d)."""
+    """For each query i (row of Q × d), its nearest (cosine) candidate in `candidate_sets[i]`."""
     queries = np.ascontiguousarray(query_vectors, dtype=np.float32)
     if queries.ndim != 2:
         raise ValueError(f"query_vectors must be 2-d (Q × d), got shape {queries.shape}")

@@ -1,13 +1,26 @@
 """LLM backends behind one protocol (`Backend`), chosen by name from config, plus offline model resolution.
 
-Backends load lazily (torch and transformers import only when one is built), so importing this package is cheap.
+Backends load lazily (torch and transformers are imported only when one is built), so importing this
+package is cheap.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
 
-from dpicl.inference.base import Backend, GenerationParams, ModelNotAvailableError, postprocess
+# Models are never fetched at run time (DESIGN.md): make the Hugging Face libraries fail fast instead of
+# trying the network. Set before they are imported; an explicit user setting wins.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from typing import Any  # noqa: E402
+
+from dpicl.inference.base import (  # noqa: E402
+    Backend,
+    GenerationParams,
+    ModelNotAvailableError,
+    postprocess,
+)
 
 BACKENDS = ("hf",)
 
@@ -15,7 +28,7 @@ __all__ = ["BACKENDS", "Backend", "GenerationParams", "ModelNotAvailableError", 
 
 
 def load_backend(name: str = "hf", **kwargs: Any) -> Backend:
-    """Build the backend `name` with its constructor's keyword arguments (e.g. `model`, `device`, `threads`)."""
+    """Build the backend `name` with its constructor's keyword arguments (`model`, `device`, ...)."""
     if name == "hf":
         from dpicl.inference.hf import HFBackend
 

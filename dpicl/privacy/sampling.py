@@ -48,12 +48,13 @@ def poisson_sample(n_records: int, rate: float, rng: np.random.Generator) -> np.
 
 
 def group_into_teachers(
-    sampled_ids: Sequence[str], key: bytes, n_teachers: int, shots: int
+    sampled_ids: Sequence[str], key: bytes, n_teachers: int, shots: int, rank_salt: str = ""
 ) -> list[list[str]]:
     """Split sampled record ids into ``n_teachers`` disjoint lists of at most ``shots`` demonstrations.
 
-    A teacher keeps its ``shots`` records with the smallest ``keyed_hash(key, id, "rank")``, in that order.
-    Both the teacher and the rank are functions of the id alone, so a teacher's list is a function of
+    A teacher keeps its ``shots`` records with the smallest ``keyed_hash(key, id, "rank" + rank_salt)``, in
+    that order. The salt is drawn fresh per query (data-independent), so an over-full teacher does not always
+    favour the same records. Both the teacher and the rank are functions of the id (and the salt) alone, so a teacher's list is a function of
     (sampled ids ∩ that teacher's bucket) only: adding or removing one record changes at most the list of
     its own teacher. Always returns exactly ``n_teachers`` lists; an empty list means that teacher answers
     with no demonstrations, which is still a function of its own (empty) records.
@@ -64,7 +65,8 @@ def group_into_teachers(
     for rid, t in zip(sampled_ids, teacher_of(sampled_ids, key, n_teachers)):
         teachers[t].append(rid)
     # Sorting by the keyed rank (not sample order) is what keeps the cap local to one teacher.
-    return [sorted(ids, key=lambda rid: keyed_hash(key, rid, _RANK))[:shots] for ids in teachers]
+    rank = _RANK + rank_salt
+    return [sorted(ids, key=lambda rid: keyed_hash(key, rid, rank))[:shots] for ids in teachers]
 
 
 def assign_teachers(
@@ -80,8 +82,9 @@ def assign_teachers(
     Call once per query: the accountants charge every query for its own Poisson sample. See
     :func:`group_into_teachers` for why the grouping and the cap keep one record's reach to one teacher.
     """
+    rank_salt = rng.bytes(16).hex()
     sampled = [record_ids[i] for i in poisson_sample(len(record_ids), rate, rng)]
-    return group_into_teachers(sampled, key, n_teachers, shots)
+    return group_into_teachers(sampled, key, n_teachers, shots, rank_salt=rank_salt)
 
 
 def default_sampling_rate(n_teachers: int, shots: int, n_records: int) -> float:

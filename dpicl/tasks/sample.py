@@ -24,8 +24,13 @@ def sample(config_path: str, db_path: str, run_id: str, query_ids: list[str], ev
     method = cfg.method
     with context.database(db_path) as con:
         budget = require_budget(con, cfg.private_dataset)
-        spent = [event_from_json(e) for e in ledger_events(con, cfg.private_dataset)]
-        capacity = max_additional(spent, event_from_json(event_json), budget.epsilon, budget.delta)
+        spent = ledger_events(con, cfg.private_dataset)
+        # one accountant call when the whole batch fits; the search only near the end of the budget
+        if context.epsilon_of([*spent, *[event_json] * len(query_ids)], budget.delta) <= budget.epsilon:
+            capacity = len(query_ids)
+        else:
+            capacity = max_additional([event_from_json(e) for e in spent], event_from_json(event_json),
+                                      budget.epsilon, budget.delta, upper=len(query_ids))
         accepted, refused = query_ids[:capacity], query_ids[capacity:]
         set_query_status(con, cfg.backlog, refused, "refused_budget")
 

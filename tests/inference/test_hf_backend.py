@@ -1,5 +1,7 @@
 """The hf backend on the embedded SmolLM2-135M-Instruct: batching, padding, limits, stops, sampling."""
 
+from dataclasses import replace
+
 import pytest
 
 from dpicl.inference import Backend, GenerationParams, load_backend
@@ -7,7 +9,9 @@ from dpicl.inference import Backend, GenerationParams, load_backend
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 
 SHORT = "The capital of France is"
-MEDIUM = "Dialogue:\nAnna: Are we still meeting at five?\nBen: Yes, at the cafe.\nSummarize the above dialogue:"
+MEDIUM = (
+    "Dialogue:\nAnna: Are we still meeting at five?\nBen: Yes, at the cafe.\nSummarize the above dialogue:"
+)
 LONG = (
     "Dialogue:\nTom: I lost my keys again.\nMia: Did you check the kitchen drawer?\nTom: Yes, and the car.\n"
     "Mia: Maybe you left them at the office yesterday evening.\nTom: I will call the front desk.\n"
@@ -31,6 +35,8 @@ def test_is_a_backend(backend):
 
 def test_empty_batch(backend):
     assert backend.generate([], GenerationParams()) == []
+    with pytest.raises(TypeError):
+        backend.generate("a bare string", GenerationParams())
 
 
 def test_batch_equals_one_by_one_in_input_order(backend):
@@ -83,22 +89,29 @@ def test_seeded_sampling_reproducible_and_seed_dependent(backend):
     import torch
 
     prompts = [SHORT, MEDIUM, LIST]
-    params = GenerationParams(max_new_tokens=16, temperature=1.0, seed=123)
+    params = GenerationParams(max_new_tokens=10, temperature=1.0, seed=123)
     state = torch.random.get_rng_state()
     first = backend.generate(prompts, params)
     assert torch.equal(state, torch.random.get_rng_state())  # the caller's RNG is left alone
     assert backend.generate(prompts, params) == first
-    others = [backend.generate(prompts, GenerationParams(max_new_tokens=16, temperature=1.0, seed=s)) for s in (1, 2)]
+    others = [backend.generate(prompts, replace(params, seed=s)) for s in (1, 2)]
     assert any(o != first for o in others)
-    greedy = backend.generate(prompts, GenerationParams(max_new_tokens=16))
+    greedy = backend.generate(prompts, GenerationParams(max_new_tokens=10))
     assert first != greedy
-    assert backend.generate(prompts, GenerationParams(max_new_tokens=16, seed=5)) == greedy
+    assert backend.generate(prompts, GenerationParams(max_new_tokens=10, seed=5)) == greedy
+
+
+def test_unseeded_sampling_varies(backend):
+    params = GenerationParams(max_new_tokens=10, temperature=1.0)
+    runs = [backend.generate([SHORT, MEDIUM, LIST], params) for _ in range(3)]
+    assert runs[0] != runs[1] or runs[1] != runs[2]
 
 
 def test_top_p_tiny_is_greedy(backend):
     # Nucleus sampling with a tiny top_p keeps only the most likely token: the same as greedy.
     greedy = backend.generate([SHORT, MEDIUM], GenerationParams(max_new_tokens=10))
-    nucleus = backend.generate([SHORT, MEDIUM], GenerationParams(max_new_tokens=10, temperature=1.0, top_p=1e-6, seed=7))
+    params = GenerationParams(max_new_tokens=10, temperature=1.0, top_p=1e-6, seed=7)
+    nucleus = backend.generate([SHORT, MEDIUM], params)
     assert nucleus == greedy
 
 

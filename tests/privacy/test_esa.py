@@ -106,6 +106,13 @@ def test_rows_longer_than_one_are_clipped_shorter_rows_kept():
     np.testing.assert_allclose(mean, expected, atol=1e-9)
 
 
+def test_non_finite_rows_count_as_zero():
+    teachers = np.array([[np.nan, 1.0], [np.inf, 0.0], [1e308, 1e308], [0.0, 1.0]])
+    mean = esa.noisy_mean(teachers, 1e-12, make_rng(0, test_mode=True))
+    # NaN/inf rows count as zero; the huge finite row is clipped to its direction
+    np.testing.assert_allclose(mean * 4, [2**-0.5, 1 + 2**-0.5], atol=1e-9)
+
+
 def test_noisy_mean_validates_input():
     rng = make_rng(0, test_mode=True)
     with pytest.raises(ValueError):
@@ -124,3 +131,10 @@ def test_plan_matches_paper_vectors_with_sensitivity_two(eps, expected):
     assert p["sensitivity"] == REQUIRED_SENSITIVITY
     assert p["sigma"] == pytest.approx(REQUIRED_SENSITIVITY * p["noise_multiplier"])
     assert (p["sampling_rate"], p["queries"], p["epsilon"], p["delta"]) == (0.027152, 100, eps, 5e-5)
+
+
+def test_clipping_random_rows_matches_definition():
+    rng = np.random.default_rng(9)
+    rows = rng.normal(size=(200, 8)) * 10 ** rng.uniform(-3, 3, size=(200, 1))
+    expected = sum(r if np.linalg.norm(r) <= 1 else r / np.linalg.norm(r) for r in rows) / 200
+    np.testing.assert_allclose(esa.noisy_mean(rows, 1e-12, make_rng(0, test_mode=True)), expected, atol=1e-9)

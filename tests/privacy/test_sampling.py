@@ -156,3 +156,12 @@ def test_default_sampling_rate():
     assert default_sampling_rate(100, 4, 100) == 1.0
     with pytest.raises(ValueError):
         default_sampling_rate(100, 4, 0)
+
+
+def test_rank_salt_varies_which_records_an_overfull_teacher_keeps():
+    # one teacher, 20 candidates, 4 shots: the kept set should depend on the per-query salt
+    sampled = ids(20)
+    kept = {tuple(group_into_teachers(sampled, KEY, 1, 4, rank_salt=f"{s:032x}")[0]) for s in range(30)}
+    assert len(kept) > 10
+    # and never on anything but the teacher's own records: same salt, same answer
+    assert group_into_teachers(sampled, KEY, 1, 4, "ab") == group_into_teachers(sampled[::-1], KEY, 1, 4, "ab")

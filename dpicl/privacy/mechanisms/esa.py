@@ -52,6 +52,16 @@ def plan(sampling_rate: float, queries: int, epsilon: float, delta: float) -> di
     }
 
 
+def _clip_rows_to_unit_norm(e: np.ndarray) -> np.ndarray:
+    """Scale rows with L2 norm > 1 down to norm 1; overflow-safe (rows are pre-scaled by their max |x|)."""
+    scale = np.max(np.abs(e), axis=1, keepdims=True)
+    direction = e / np.where(scale > 0, scale, 1.0)
+    dir_norm = np.linalg.norm(direction, axis=1, keepdims=True)  # in [1, sqrt(d)], or 0 for a zero row
+    with np.errstate(over="ignore"):  # a norm beyond the float range is simply clipped to 1
+        norm = scale * dir_norm
+    return direction / np.where(dir_norm > 0, dir_norm, 1.0) * np.minimum(norm, 1.0)
+
+
 def noisy_mean(
     teacher_embeddings: np.ndarray,
     noise_multiplier: float,
@@ -68,9 +78,10 @@ def noisy_mean(
         raise ValueError(f"teacher_embeddings must be a non-empty N×d array, got shape {e.shape}")
     if not noise_multiplier > 0:
         raise ValueError(f"noise_multiplier must be > 0, got {noise_multiplier}")
-    # Clipping is what makes Δ = 2 hold whatever the encoder returns (data-independent bound).
-    norms = np.linalg.norm(e, axis=1, keepdims=True)
-    clipped = e / np.maximum(norms, 1.0)
+    # Clipping is what makes Δ = 2 hold whatever the encoder returns (data-independent bound). A row with
+    # NaN/inf would turn the whole release into NaN and so reveal itself: it counts as a zero vector.
+    e = np.where(np.isfinite(e).all(axis=1, keepdims=True), e, 0.0)
+    clipped = _clip_rows_to_unit_norm(e)
     noisy_sum = clipped.sum(axis=0) + rng.normal(0.0, sensitivity * noise_multiplier, size=e.shape[1])
     return noisy_sum / e.shape[0]
 

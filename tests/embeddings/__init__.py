@@ -1,0 +1,1 @@
+"""Tests of the sentence encoder and FAISS candidate search."""

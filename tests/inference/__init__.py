@@ -1,0 +1,1 @@
+"""Tests of the LLM backends and offline model resolution."""

@@ -1,0 +1,116 @@
+"""The committed demo data set: shape, canary placement, and byte-exact reproducibility."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dpicl.demo import make_data
+
+DATA = Path(make_data.__file__).resolve().parent / "data"
+FILES = ["private_tickets.jsonl", "public_tickets.jsonl", "backlog.jsonl", "canaries.json"]
+
+
+def _jsonl(name: str) -> list[dict]:
+    text = (DATA / name).read_text(encoding="utf-8")
+    assert text.endswith("\n") and "\r" not in text
+    return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def private() -> list[dict]:
+    return _jsonl("private_tickets.jsonl")
+
+
+@pytest.fixture(scope="module")
+def public() -> list[dict]:
+    return _jsonl("public_tickets.jsonl")
+
+
+@pytest.fixture(scope="module")
+def backlog() -> list[dict]:
+    return _jsonl("backlog.jsonl")
+
+
+@pytest.fixture(scope="module")
+def canaries() -> list[str]:
+    return json.loads((DATA / "canaries.json").read_text(encoding="utf-8"))
+
+
+def test_counts_and_schema(private, public, backlog, canaries):
+    assert len(private) == 300
+    assert len(public) == 100
+    assert len(backlog) == 24
+    assert len(canaries) == 10
+    assert all(isinstance(c, str) and len(c) >= 8 for c in canaries)
+    assert len({c.lower() for c in canaries}) == 10
+    for rec in private + public:
+        assert set(rec) == {"ticket_id", "ticket", "summary"}
+        assert all(isinstance(v, str) and v for v in rec.values())
+    for rec in backlog:
+        assert set(rec) == {"query_id", "ticket", "reference"}
+        assert all(isinstance(v, str) and v for v in rec.values())
+
+
+def test_ids_unique_and_well_formed(private, public, backlog):
+    ids = [r["ticket_id"] for r in private + public] + [q["query_id"] for q in backlog]
+    assert len(ids) == len(set(ids))
+    assert [r["ticket_id"] for r in private] == [f"T-{i:05d}" for i in range(1, 301)]
+    assert [r["ticket_id"] for r in public] == [f"P-{i:05d}" for i in range(1, 101)]
+    assert [q["query_id"] for q in backlog] == [f"Q-{i:03d}" for i in range(1, 25)]
+
+
+def test_texts_are_single_lines_of_reasonable_length(private, public, backlog):
+    pairs = [(r["ticket"], r["summary"]) for r in private + public]
+    pairs += [(q["ticket"], q["reference"]) for q in backlog]
+    for ticket, summary in pairs:
+        assert "\n" not in ticket and "\n" not in summary
+        assert summary.startswith("Customer") and summary.endswith(".")
+        assert 8 <= len(summary.split()) <= 20, summary
+        assert 40 <= len(ticket.split()) <= 90, ticket
+    # Tickets are varied, not one template repeated.
+    assert len({t for t, _ in pairs}) == len(pairs)
+
+
+def test_each_canary_in_exactly_one_private_record_and_nowhere_else(
+    private, public, backlog, canaries
+):
+    for canary in canaries:
+        c = canary.lower()
+        holders = [r for r in private if c in r["ticket"].lower() or c in r["summary"].lower()]
+        assert len(holders) == 1, canary
+        assert c in holders[0]["ticket"].lower() and c in holders[0]["summary"].lower()
+        assert not any(c in json.dumps(r, ensure_ascii=False).lower() for r in public)
+        assert not any(c in json.dumps(q, ensure_ascii=False).lower() for q in backlog)
+    # No private record holds two canaries.
+    per_record = Counter(
+        r["ticket_id"] for r in private for c in canaries if c.lower() in r["ticket"].lower()
+    )
+    assert set(per_record.values()) == {1}
+
+
+def test_canaries_have_backlog_twins_in_their_category(private, backlog, canaries):
+    """Each canary's situation recurs in a backlog query (same distinctive details)."""
+    for canary, _cat, ticket_t, _s, twin_t, _r in make_data.CANARIES:
+        assert canary in canaries
+        # A distinctive phrase shared between the canary and its twin template.
+        shared = [r for r in make_data.RESERVED if r in ticket_t and r in twin_t]
+        assert shared, canary
+        assert any(shared[0] in q["ticket"] for q in backlog), canary
+        # ... and that phrase is in no private record other than the canary's.
+        holders = [r for r in private if shared[0] in r["ticket"]]
+        assert len(holders) == 1 and canary in holders[0]["ticket"], canary
+
+
+def test_generator_reproduces_committed_files(tmp_path):
+    written = make_data.main(tmp_path)
+    assert sorted(p.name for p in written) == sorted(FILES)
+    for name in FILES:
+        assert (tmp_path / name).read_bytes() == (DATA / name).read_bytes(), name
+
+
+def test_data_is_small():
+    assert sum((DATA / name).stat().st_size for name in FILES) < 300_000

@@ -145,6 +145,8 @@ def plan(
 ) -> None:
     """Per-query noise for a target (ε, δ) and number of queries; and what an open budget can still pay."""
     budget_state = None
+    if dataset is None and not as_json:
+        dataset = _only_budget(db)
     if dataset is not None:
         budget_state = planning.budget_state(_connect(db, read_only=True), dataset)
         epsilon = epsilon if epsilon is not None else budget_state["epsilon_limit"]
@@ -164,6 +166,24 @@ def plan(
         print(json.dumps(result))
         return
     console.print(planning.describe(result))
+
+
+def _only_budget(db: Path | None) -> str | None:
+    """The dataset of the only open budget in the database, if there is exactly one (for `plan`'s summary)."""
+    from dpicl.storage.db import default_db_path
+
+    path = db or default_db_path()
+    if not Path(path).is_file():
+        return None
+    try:
+        con = _connect(path, read_only=True)
+    except Exception:  # locked by a running flow, or an older schema: plan without it
+        return None
+    try:
+        names = [r[0] for r in con.execute("SELECT dataset FROM budgets").fetchall()]
+    finally:
+        con.close()
+    return names[0] if len(names) == 1 else None
 
 
 @app.command()

@@ -9,3 +9,11 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "180"
+
+
+def pytest_unconfigure(config):
+    # Prefect stops its temporary server at interpreter exit and logs to streams pytest has closed by then;
+    # without this the run ends with a harmless but alarming "--- Logging error ---" traceback.
+    import logging
+
+    logging.raiseExceptions = False

@@ -1,7 +1,7 @@
 """PRV accountant: ε of a composition of privacy events (MECHANISMS §A.3; prv-accountant 0.2.0).
 
 Numerical composition of privacy random variables (Gopi, Lee, Wutschitz 2021). We report the library's
-``eps_up``, a sound upper bound (true ε ≤ eps_up up to ``delta_error`` in δ), so a ledger that checks
+``eps_up`` evaluated at δ − ``delta_error`` — a sound upper bound on ε at δ — so a ledger that checks
 spending against it never under-charges.
 """
 
@@ -58,5 +58,6 @@ class PRVAccountant:
         accountant = _LibPRVAccountant(
             prvs=prvs, max_self_compositions=n, eps_error=self.eps_error, delta_error=self.delta_error
         )
-        _, _, eps_up = accountant.compute_epsilon(delta=delta, num_self_compositions=n)
+        # evaluated at δ − delta_error, so the library's δ error is inside the reported (ε, δ) too
+        _, _, eps_up = accountant.compute_epsilon(delta=delta - self.delta_error, num_self_compositions=n)
         return max(0.0, float(eps_up))

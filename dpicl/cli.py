@@ -53,31 +53,45 @@ def _parse_fields(pairs: list[str]) -> dict[str, str]:
 
 @app.command()
 def ingest(
-    path: Annotated[Path, typer.Argument(help="JSON, JSONL, CSV or Parquet file")],
-    name: Annotated[str, typer.Option("--name", help="dataset or backlog name")],
+    path: Annotated[Optional[Path], typer.Argument(help="JSON, JSONL, CSV or Parquet file")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="dataset or backlog name")] = None,
     kind: Annotated[str, typer.Option("--as", help="private | public | queries")] = "private",
     task: Annotated[str, typer.Option(help="task type of a dataset")] = "summarization",
     field: Annotated[list[str], typer.Option("--field", help="ROLE=COLUMN, e.g. input=dialogue")] = [],  # noqa: B006
+    config: Annotated[Optional[str], typer.Option(help="ingest every file listed under `data:` of this config")] = None,
     replace: Annotated[bool, typer.Option(help="replace a dataset of the same name (never one with spend)")] = False,
     db: DbOption = None,
 ) -> None:
     """Ingest a private or public dataset, or a backlog of queries; all rows or none."""
-    from dpicl.storage.ingest import FieldMap, IngestError, ingest_dataset, ingest_queries
+    from dpicl.config import ConfigError, DataSource, load_config
+    from dpicl.storage.ingest import IngestError, ingest_source
 
-    if kind not in {"private", "public", "queries"}:
-        _fail(f"--as must be private, public or queries (got {kind!r})")
-    fields = FieldMap(**_parse_fields(field))
+    if config is not None:
+        try:
+            sources = load_config(config).data
+        except ConfigError as err:
+            _fail(str(err))
+        if not sources:
+            _fail(f"config {config!r} lists no files under `data:`")
+    else:
+        if path is None or name is None:
+            _fail("give a file and --name (or --config with a `data:` section)")
+        if kind not in {"private", "public", "queries"}:
+            _fail(f"--as must be private, public or queries (got {kind!r})")
+        fields = _parse_fields(field)
+        if kind == "queries":
+            fields.setdefault("output", None)
+        sources = [DataSource(name=name, path=str(path), kind=kind, task=task, fields=fields)]
     con = _connect(db)
     try:
-        if kind == "queries":
-            report = ingest_queries(con, path, name, fields)
-        else:
-            report = ingest_dataset(con, path, name, kind, task, fields, replace=replace)
+        for source in sources:
+            report = ingest_source(con, source, replace=replace)
+            console.print(f"ingested {report.rows_added} rows into {source.name!r} "
+                          f"({report.rows_skipped} already present)")
     except IngestError as err:
         _fail(str(err))
     finally:
         con.close()
-    console.print(f"ingested {report.rows_added} rows into {name!r} ({report.rows_skipped} already present)")
 
 
 @budget_app.command("open")

@@ -81,6 +81,25 @@ class ESAConfig(_Strict):
     planned_queries: int = Field(100, ge=1)
 
 
+class Fields(_Strict):
+    """Which column of the file holds each field (DuckDB reads JSON, JSONL, CSV and Parquet)."""
+
+    id: str | None = None
+    input: str = "input"
+    output: str | None = "output"
+    reference: str | None = None
+
+
+class DataSource(_Strict):
+    """A file to ingest: a private or public dataset, or a backlog of queries."""
+
+    name: str
+    path: str  # relative paths are relative to the config file
+    kind: Literal["private", "public", "queries"]
+    task: str = "summarization"
+    fields: Fields = Fields()
+
+
 class Config(_Strict):
     name: str
     private_dataset: str
@@ -92,6 +111,8 @@ class Config(_Strict):
     method: ESAConfig = ESAConfig()
     # queries handled per stage batch: one backend call covers all prompts of this many queries
     batch_queries: int = Field(8, ge=1)
+    # files `dpicl ingest --config` registers (optional)
+    data: list[DataSource] = []
     # fixed seeds only in test/benchmark mode (privacy invariant 6; enforced by dpicl.privacy.rng)
     seed: int | None = None
 
@@ -119,6 +140,9 @@ def load_config(name_or_path: str | Path) -> Config:
     path = resolve_config_path(name_or_path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        for source in raw.get("data") or []:
+            if isinstance(source, dict) and "path" in source:
+                source["path"] = str((path.parent / source["path"]).resolve())
         return Config.model_validate(raw)
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())

@@ -72,3 +72,27 @@ def test_ingest_error_names_file_row_and_field_but_not_the_value(tmp_path):
     flat = " ".join(result.output.split())
     assert "bad.jsonl" in flat and "row 2" in flat and "input" in flat
     assert "secret-value-123" not in result.output
+
+
+def test_ingest_from_the_data_section_of_a_config(tmp_path):
+    import yaml
+
+    _write(tmp_path / "p.jsonl", [{"n": f"x{i}", "t": f"text {i}", "s": f"sum {i}"} for i in range(5)])
+    _write(tmp_path / "q.jsonl", [{"n": "q1", "t": "a query"}])
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "c", "private_dataset": "p", "backlog": "q",
+        "data": [
+            {"name": "p", "kind": "private", "path": "p.jsonl", "fields": {"id": "n", "input": "t", "output": "s"}},
+            {"name": "q", "kind": "queries", "path": "q.jsonl", "fields": {"id": "n", "input": "t", "output": None}},
+        ],
+    }))
+    db = tmp_path / "c.duckdb"
+    result = runner.invoke(app, ["ingest", "--config", str(config), "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    from dpicl.storage.db import connect
+
+    con = connect(db, read_only=True)
+    assert con.execute("SELECT count(*) FROM records WHERE dataset = 'p'").fetchone()[0] == 5
+    assert con.execute("SELECT count(*) FROM queries WHERE backlog = 'q'").fetchone()[0] == 1
+    con.close()

@@ -61,7 +61,7 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
     from dpicl.config import load_config
     from dpicl.flows.answer_backlog import answer_backlog
     from dpicl.storage.db import connect
-    from dpicl.storage.ingest import FieldMap, ingest_dataset, ingest_queries
+    from dpicl.storage.ingest import ingest_source
     from dpicl.storage.ledger import open_budget, stored_releases
 
     cfg = load_config("demo")
@@ -69,11 +69,8 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
         stale.unlink(missing_ok=True)
     con = connect(db)
     try:
-        tickets = FieldMap(id="ticket_id", input="ticket", output="summary")
-        ingest_dataset(con, data_file("private_tickets.jsonl"), cfg.private_dataset, "private", "summarization", tickets)
-        ingest_dataset(con, data_file("public_tickets.jsonl"), "demo-public", "public", "summarization", tickets)
-        ingest_queries(con, data_file("backlog.jsonl"), cfg.backlog,
-                       FieldMap(id="query_id", input="ticket", output=None, reference="reference"))
+        for source in cfg.data:
+            ingest_source(con, source)
         open_budget(con, cfg.private_dataset, DEMO_EPSILON, DEMO_DELTA)
     finally:
         con.close()

@@ -351,3 +351,11 @@ def _locate_json_error(path: Path, fmt: str) -> tuple[int | None, str]:
         except json.JSONDecodeError as error:
             return error.lineno, error.msg
     return None, "DuckDB could not parse it"
+
+
+def ingest_source(con: duckdb.DuckDBPyConnection, source, *, replace: bool = False) -> IngestReport:
+    """Ingest one `DataSource` of a config (a private/public dataset or a backlog)."""
+    fields = FieldMap(**source.fields.model_dump())
+    if source.kind == "queries":
+        return ingest_queries(con, source.path, source.name, fields)
+    return ingest_dataset(con, source.path, source.name, source.kind, source.task, fields, replace=replace)

@@ -10,6 +10,8 @@ from typing import Annotated, Optional
 # Prefect reads its home at import: keep it project-local unless the user chose one.
 os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# no network here: the server would log a failed telemetry call on every start
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # the temporary server can take longer than 20 s to start on 2 busy cores

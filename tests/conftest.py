@@ -6,6 +6,7 @@ import tempfile
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="dpicl-test-prefect-")
 os.environ.pop("PREFECT_API_URL", None)
 os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "180"

@@ -95,6 +95,8 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
     for r in released:
         table.add_row(r["query_id"], f"{r['epsilon_cost']:.4f}", r["answer"])
     console.print(table)
+    console.print("ε cost = how much the query raised the budget's total ε (the accountant's upper bound over "
+                  "all releases); under composition the first releases raise it most.")
 
     budget = result["budget"]
     planted = canaries()

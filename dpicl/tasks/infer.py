@@ -3,6 +3,8 @@ public zero-shot candidates (sampled), which are cached by content key across ru
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from prefect import get_run_logger, task
 
 from dpicl.inference.base import GenerationParams
@@ -34,8 +36,7 @@ def infer(config_path: str, db_path: str, run_id: str, prompts: dict[str, dict[s
             out_key = artifact_key("teacher_outputs", [p["teachers"]], {"model": model_id, "gen": gen.model_dump()})
             cand_key = artifact_key(
                 "candidates", [p["zero_shot"]],
-                {"model": model_id, "params": candidate_params.__dict__ | {"stop": list(gen.stop)},
-                 "n": cfg.method.candidates},
+                {"model": model_id, "params": asdict(candidate_params), "n": cfg.method.candidates},
             )
             keys[query_id] = {"teacher_outputs": out_key, "candidates": cand_key}
             flat += texts[p["teachers"]]

@@ -11,10 +11,10 @@ class FakeBackend:
     name = "fake"
 
     def __init__(self) -> None:
-        self.calls: list[int] = []
+        self.calls: list[tuple[int, float]] = []  # (prompts, temperature) per call
 
     def generate(self, prompts, params, *, progress=False):
-        self.calls.append(len(prompts))
+        self.calls.append((len(prompts), params.temperature))
         out = []
         for i, p in enumerate(prompts):
             digest = hashlib.sha256(p.encode()).hexdigest()[:6]

@@ -70,3 +70,27 @@ def test_crash_between_reservation_and_release_keeps_the_spend_and_releases_noth
     assert result["answered"] == PLANNED - 3 and len(releases2) == PLANNED - 3
     assert summary2["epsilon_spent"] <= summary2["epsilon_limit"]
     assert summary2["unreleased_entries"] == 3
+
+
+def test_public_candidates_are_reused_from_the_artifact_cache(pipeline_env, fake_models, tmp_path):
+    import yaml
+
+    from dpicl.storage.ingest import FieldMap, ingest_queries
+    from tests.pipeline.conftest import write_jsonl
+
+    config, db = pipeline_env
+    backend, _ = fake_models
+    answer_backlog(config=config, db=db, max_queries=2)
+    assert any(t > 0 for _, t in backend.calls), "the first run sampled zero-shot candidates"
+
+    # the same two queries arrive again in another backlog: their public candidates come from the cache
+    con = connect(db)
+    ingest_queries(con, write_jsonl(tmp_path / "again.jsonl", [{"id": f"again{i}", "text": f"incoming ticket {i}"}
+                                                               for i in range(2)]), "again", FieldMap(id="id", input="text", output=None))
+    con.close()
+    second = tmp_path / "again.yaml"
+    second.write_text(yaml.safe_dump({**yaml.safe_load(open(config)), "backlog": "again"}))
+    backend.calls.clear()
+    result = answer_backlog(config=str(second), db=db)
+    assert result["answered"] == 2
+    assert backend.calls and all(t == 0 for _, t in backend.calls), "candidates were generated again"

@@ -10,7 +10,7 @@ from typing import Any
 
 from dpicl.privacy.accounting import max_additional
 from dpicl.privacy.accounting.events import PrivacyEvent, event_from_json
-from dpicl.privacy.mechanisms import esa
+from dpicl.privacy.mechanisms import esa, rnm
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,12 @@ METHODS: dict[str, PlannedMethod] = {
         "Embedding Space Aggregation (paper 001): Gaussian noise on the sum of teacher embeddings, Δ = 2",
         lambda sampling_rate, queries, epsilon, delta: esa.plan(sampling_rate, queries, epsilon, delta),
         lambda result: esa.cost(result["noise_multiplier"], result["sampling_rate"]),
+    ),
+    "rnm": PlannedMethod(
+        "rnm",
+        "Report-Noisy-Max voting (paper 001): Gaussian noise on the teachers' label-vote histogram, Δ = √2",
+        lambda sampling_rate, queries, epsilon, delta: rnm.plan(sampling_rate, queries, epsilon, delta),
+        lambda result: rnm.cost(result["noise_multiplier"], result["sampling_rate"]),
     ),
 }
 

@@ -124,3 +124,24 @@ def max_additional(
             hi, eps_hi = mid, eps_mid
         bisect_next = (hi - lo) > width // 2  # safeguard: bisect after a step that did not halve the bracket
     return lo
+
+
+def plan_gaussian(method: str, sensitivity: float, sampling_rate: float, queries: int, epsilon: float,
+                  delta: float) -> dict:
+    """Per-query parameters of a Poisson-subsampled Gaussian mechanism for ``queries`` queries within (ε, δ).
+
+    ``noise_multiplier`` is per unit sensitivity; ``sigma`` = sensitivity × noise multiplier is the noise std.
+    """
+    nm = calibrate_noise_multiplier(sampling_rate, queries, epsilon, delta)
+    return {
+        "method": method,
+        "noise_multiplier": nm,
+        "sensitivity": sensitivity,
+        "sigma": sensitivity * nm,
+        "sampling_rate": sampling_rate,
+        "queries": queries,
+        "epsilon": epsilon,
+        "delta": delta,
+        # the papers' value, before certifying it against the ledger's upper bound
+        "noise_multiplier_uncertified": find_noise_multiplier(sampling_rate, queries, epsilon, delta),
+    }

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..accounting.calibration import calibrate_noise_multiplier, find_noise_multiplier
+from ..accounting.calibration import plan_gaussian
 from ..accounting.events import SubsampledGaussianEvent
 
 SENSITIVITY = 2.0
@@ -37,19 +37,7 @@ class ESAParams:
 
 def plan(sampling_rate: float, queries: int, epsilon: float, delta: float) -> dict:
     """Per-query noise for answering ``queries`` queries within (ε, δ); no private data involved."""
-    nm = calibrate_noise_multiplier(sampling_rate, queries, epsilon, delta)
-    return {
-        "method": METHOD,
-        "noise_multiplier": nm,
-        "sensitivity": SENSITIVITY,
-        "sigma": SENSITIVITY * nm,
-        "sampling_rate": sampling_rate,
-        "queries": queries,
-        "epsilon": epsilon,
-        "delta": delta,
-        # The papers' value, before certifying it against the ledger's upper bound.
-        "noise_multiplier_uncertified": find_noise_multiplier(sampling_rate, queries, epsilon, delta),
-    }
+    return plan_gaussian(METHOD, SENSITIVITY, sampling_rate, queries, epsilon, delta)
 
 
 def _clip_rows_to_unit_norm(e: np.ndarray) -> np.ndarray:

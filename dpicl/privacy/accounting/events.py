@@ -87,3 +87,29 @@ class SubsampledGaussianEvent(PrivacyEvent):
     def sigma(self) -> float:
         """Noise standard deviation actually added, per coordinate."""
         return self.sensitivity * self.noise_multiplier
+
+
+@dataclass(frozen=True)
+class SubsampledExponentialEvent(PrivacyEvent):
+    """One ε-DP exponential mechanism applied to a Poisson-subsampled private set (add/remove neighbours).
+
+    The records enter the mechanism's input independently with probability ``sampling_rate``; the mechanism
+    samples with Pr[y] ∝ exp(ε·u(y)/(2·``sensitivity``)) (or equivalently adds Gumbel noise of scale
+    2·``sensitivity``/ε to the utilities), so it is ``epsilon``-DP. ``epsilon`` is the pure-DP parameter of one
+    application; ``sensitivity`` is the utility sensitivity already used by the mechanism and does not change
+    the cost. The RDP accountant uses the Bun–Steinke RDP bound (MECHANISMS §A.2). ``mechanism`` is a label.
+    """
+
+    kind: ClassVar[str] = "subsampled_exponential"
+
+    epsilon: float
+    sampling_rate: float
+    sensitivity: float
+    mechanism: str = ""
+
+    def __post_init__(self) -> None:
+        _check_positive("epsilon", self.epsilon)
+        _check_positive("sensitivity", self.sensitivity)
+        _check_positive("sampling_rate", self.sampling_rate)
+        if self.sampling_rate > 1:
+            raise ValueError(f"sampling_rate must be in (0, 1], got {self.sampling_rate!r}")

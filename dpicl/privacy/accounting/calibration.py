@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from prv_accountant.dpsgd import find_noise_multiplier as _prv_find_noise_multiplier
 
 from .events import PrivacyEvent, SubsampledGaussianEvent
-from .prv import PRVAccountant
+from .auto import AutoAccountant
 
 # Relative precision of the certified noise multiplier (0.01 %), far inside the 0.5 % allowance.
 _REL_TOL = 1e-4
@@ -51,7 +51,7 @@ def calibrate_noise_multiplier(
     """
     if queries < 1:
         raise ValueError(f"queries must be >= 1, got {queries}")
-    accountant = accountant or PRVAccountant()
+    accountant = accountant or AutoAccountant()
     nm = find_noise_multiplier(sampling_rate, queries, epsilon, delta)
 
     def fits(x: float) -> bool:
@@ -87,7 +87,7 @@ def max_additional(
     about a second, so fewer calls than plain bisection matter). By construction k fits and k+1 does not,
     unless k == ``upper``.
     """
-    accountant = accountant or PRVAccountant()
+    accountant = accountant or AutoAccountant()
     base = list(events_so_far)
 
     def eps(k: int) -> float:

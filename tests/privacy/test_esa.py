@@ -46,7 +46,6 @@ def test_sensitivity_is_two():
     e = esa.cost(0.8, 0.03)
     assert e == SubsampledGaussianEvent(0.8, 0.03, 2.0, "esa")
     assert e.sigma == pytest.approx(1.6)
-    assert esa.ESAParams(0.8, 0.03).event() == e
 
 
 @pytest.mark.parametrize("nm", [0.5, 1.27186])

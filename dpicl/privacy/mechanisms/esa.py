@@ -8,7 +8,6 @@ in the sum, so Δ₂ = 2 (the papers used 1).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,17 +21,6 @@ METHOD = "esa"
 def cost(noise_multiplier: float, sampling_rate: float) -> SubsampledGaussianEvent:
     """Privacy event of one ESA release."""
     return SubsampledGaussianEvent(noise_multiplier, sampling_rate, sensitivity=SENSITIVITY, mechanism=METHOD)
-
-
-@dataclass(frozen=True)
-class ESAParams:
-    """Per-query knobs of ESA: noise multiplier (per unit sensitivity) and Poisson sampling rate."""
-
-    noise_multiplier: float
-    sampling_rate: float
-
-    def event(self) -> SubsampledGaussianEvent:
-        return cost(self.noise_multiplier, self.sampling_rate)
 
 
 def plan(sampling_rate: float, queries: int, epsilon: float, delta: float) -> dict:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,17 +28,6 @@ ABSTAIN = -1
 def cost(noise_multiplier: float, sampling_rate: float) -> SubsampledGaussianEvent:
     """Privacy event of one RNM release."""
     return SubsampledGaussianEvent(noise_multiplier, sampling_rate, sensitivity=SENSITIVITY, mechanism=METHOD)
-
-
-@dataclass(frozen=True)
-class RNMParams:
-    """Per-query knobs of RNM: noise multiplier (per unit sensitivity) and Poisson sampling rate."""
-
-    noise_multiplier: float
-    sampling_rate: float
-
-    def event(self) -> SubsampledGaussianEvent:
-        return cost(self.noise_multiplier, self.sampling_rate)
 
 
 def plan(sampling_rate: float, queries: int, epsilon: float, delta: float) -> dict:

@@ -59,6 +59,13 @@ def _check_positive(name: str, value: float) -> None:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
 
 
+def _check_subsampled(sensitivity: float, sampling_rate: float) -> None:
+    _check_positive("sensitivity", sensitivity)
+    _check_positive("sampling_rate", sampling_rate)
+    if sampling_rate > 1:
+        raise ValueError(f"sampling_rate must be in (0, 1], got {sampling_rate!r}")
+
+
 @dataclass(frozen=True)
 class SubsampledGaussianEvent(PrivacyEvent):
     """Gaussian noise on a statistic of L2 sensitivity ``sensitivity``, under Poisson subsampling.
@@ -78,10 +85,7 @@ class SubsampledGaussianEvent(PrivacyEvent):
 
     def __post_init__(self) -> None:
         _check_positive("noise_multiplier", self.noise_multiplier)
-        _check_positive("sensitivity", self.sensitivity)
-        _check_positive("sampling_rate", self.sampling_rate)
-        if self.sampling_rate > 1:
-            raise ValueError(f"sampling_rate must be in (0, 1], got {self.sampling_rate!r}")
+        _check_subsampled(self.sensitivity, self.sampling_rate)
 
     @property
     def sigma(self) -> float:
@@ -109,7 +113,4 @@ class SubsampledExponentialEvent(PrivacyEvent):
 
     def __post_init__(self) -> None:
         _check_positive("epsilon", self.epsilon)
-        _check_positive("sensitivity", self.sensitivity)
-        _check_positive("sampling_rate", self.sampling_rate)
-        if self.sampling_rate > 1:
-            raise ValueError(f"sampling_rate must be in (0, 1], got {self.sampling_rate!r}")
+        _check_subsampled(self.sensitivity, self.sampling_rate)

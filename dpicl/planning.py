@@ -10,29 +10,64 @@ from typing import Any
 
 from dpicl.privacy.accounting import max_additional
 from dpicl.privacy.accounting.events import PrivacyEvent, event_from_json
-from dpicl.privacy.mechanisms import esa, rnm
+from dpicl.privacy.mechanisms import esa, joint_em, ksa_ptr, rnm
+
+
+def _gaussian_line(result: dict[str, Any]) -> str:
+    return (f"  noise multiplier {result['noise_multiplier']:.5f} per unit sensitivity; sensitivity "
+            f"{result['sensitivity']:g}; noise std σ = {result['sigma']:.5f}")
+
+
+def _jem_line(result: dict[str, Any]) -> str:
+    return (f"  per-query ε_EM = {result['epsilon_em']:.5f} (joint exponential mechanism, utility sensitivity "
+            f"{result['sensitivity']:g}); the RDP accountant certifies ε = {result['epsilon_certified']:.5f}")
+
+
+def _ptr_line(result: dict[str, Any]) -> str:
+    return (f"  FindBestK ε_EM = {result['epsilon_em']:.5f}; PTR noise multiplier {result['noise_multiplier']:.5f} "
+            f"(σ = {result['sigma']:.5f}, sensitivity {result['sensitivity']:g}); δ0 = {result['delta0']:.4g} "
+            f"per query (failures take {result['failure_delta']:.3g} of δ), offset {result['offset']:.3f}; "
+            f"the RDP accountant certifies ε = {result['epsilon_certified']:.5f}")
 
 
 @dataclass(frozen=True)
 class PlannedMethod:
     name: str
     summary: str
-    plan: Callable[..., dict[str, Any]]  # (sampling_rate, queries, epsilon, delta) -> parameters
+    plan: Callable[..., dict[str, Any]]  # (sampling_rate, queries, epsilon, delta, **options) -> parameters
     event: Callable[[dict[str, Any]], PrivacyEvent]  # plan result -> per-query event
+    describe: Callable[[dict[str, Any]], str] = _gaussian_line  # plan result -> its parameter line
+    options: tuple[str, ...] = ()  # keyword options `plan` accepts beyond (q, T, ε, δ)
 
 
 METHODS: dict[str, PlannedMethod] = {
     "esa": PlannedMethod(
         "esa",
         "Embedding Space Aggregation (paper 001): Gaussian noise on the sum of teacher embeddings, Δ = 2",
-        lambda sampling_rate, queries, epsilon, delta: esa.plan(sampling_rate, queries, epsilon, delta),
+        esa.plan,
         lambda result: esa.cost(result["noise_multiplier"], result["sampling_rate"]),
     ),
     "rnm": PlannedMethod(
         "rnm",
         "Report-Noisy-Max voting (paper 001): Gaussian noise on the teachers' label-vote histogram, Δ = √2",
-        lambda sampling_rate, queries, epsilon, delta: rnm.plan(sampling_rate, queries, epsilon, delta),
+        rnm.plan,
         lambda result: rnm.cost(result["noise_multiplier"], result["sampling_rate"]),
+    ),
+    "ksa-jem": PlannedMethod(
+        "ksa-jem",
+        "Keyword Space Aggregation, joint EM (paper 001): k ranked words of the public prompt, Δ = 2",
+        joint_em.plan,
+        lambda result: joint_em.cost(result["epsilon_em"], result["sampling_rate"]),
+        _jem_line,
+    ),
+    "ksa-ptr": PlannedMethod(
+        "ksa-ptr",
+        "Keyword Space Aggregation, FindBestK + propose-test-release (paper 001): the certified top word set",
+        ksa_ptr.plan,
+        lambda result: ksa_ptr.cost(result["epsilon_em"], result["noise_multiplier"], result["delta0"],
+                                    result["sampling_rate"]),
+        _ptr_line,
+        ("delta0_fraction", "em_epsilon"),
     ),
 }
 
@@ -43,12 +78,19 @@ def _method(name: str) -> PlannedMethod:
     return METHODS[name]
 
 
-def plan(method: str, *, sampling_rate: float, queries: int, epsilon: float, delta: float) -> dict[str, Any]:
+def plan(method: str, *, sampling_rate: float, queries: int, epsilon: float, delta: float,
+         **options: Any) -> dict[str, Any]:
+    """Per-query parameters of ``method``; ``options`` set to None are left at the method's default."""
     if not 0 < sampling_rate <= 1:
         raise ValueError(f"--sampling-rate must be in (0, 1] (got {sampling_rate})")
     if queries < 1 or epsilon <= 0 or not 0 < delta < 1:
         raise ValueError("need --queries ≥ 1, --epsilon > 0 and 0 < --delta < 1")
-    return _method(method).plan(sampling_rate, queries, epsilon, delta)
+    m = _method(method)
+    given = {name: value for name, value in options.items() if value is not None}
+    unknown = sorted(set(given) - set(m.options))
+    if unknown:
+        raise ValueError(f"method {method!r} takes no option {', '.join(unknown)}")
+    return m.plan(sampling_rate, queries, epsilon, delta, **given)
 
 
 def budget_state(con, dataset: str) -> dict[str, Any]:
@@ -91,8 +133,7 @@ def describe(result: dict[str, Any]) -> str:
         f"[bold]{m.name}[/] — {m.summary}",
         f"  target: ε = {result['epsilon']:g}, δ = {result['delta']:g} over {result['queries']} queries, "
         f"Poisson rate q = {result['sampling_rate']:.6g}",
-        f"  noise multiplier {result['noise_multiplier']:.5f} per unit sensitivity; sensitivity {result['sensitivity']:g}; "
-        f"noise std σ = {result['sigma']:.5f}",
+        m.describe(result),
     ]
     if "budget" in result:
         b = result["budget"]

@@ -55,3 +55,32 @@ def test_events_are_frozen_and_hashable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         e.noise_multiplier = 2.0  # type: ignore[misc]
     assert len({e, SubsampledGaussianEvent(1.0, 1.0, 1.0)}) == 1
+
+
+def test_ptr_event_fields_defaults_and_json():
+    from dpicl.privacy.accounting.events import SubsampledPTREvent
+
+    e = SubsampledPTREvent(epsilon_em=0.9, noise_multiplier=1.869, delta0=1.823e-5, sampling_rate=400 / 14732)
+    assert e.kind == "subsampled_ptr" and e.sensitivity == 2.0 and e.mechanism == "ksa_ptr"
+    assert e.sigma == pytest.approx(3.738)
+    assert e.failure_delta == pytest.approx(400 / 14732 * 1.823e-5)
+    q, d0 = 400 / 14732, 1.823e-5
+    assert e.amplified_rate == pytest.approx(q * (1 - d0) / (1 - q * d0)) and e.amplified_rate < q
+    back = event_from_json(e.to_json())
+    assert back == e and type(back) is SubsampledPTREvent
+    assert json.loads(e.to_json())["delta0"] == 1.823e-5
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(delta0=0.0), dict(delta0=1.0), dict(delta0=-1e-5), dict(delta0=float("nan")), dict(delta0=True),
+        dict(epsilon_em=0.0), dict(epsilon_em=float("inf")), dict(noise_multiplier=-1.0),
+        dict(sampling_rate=0.0), dict(sampling_rate=1.5), dict(sensitivity=0.0),
+    ],
+)
+def test_ptr_event_validation(bad):
+    from dpicl.privacy.accounting.events import SubsampledPTREvent
+
+    with pytest.raises(ValueError):
+        SubsampledPTREvent(**(dict(epsilon_em=0.9, noise_multiplier=1.0, delta0=1e-5, sampling_rate=0.1) | bad))

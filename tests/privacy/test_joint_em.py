@@ -168,3 +168,73 @@ def test_validation(counts, k, epsilon, exc):
 def test_invalid_sensitivity_rejected():
     with pytest.raises(ValueError):
         joint_em.sample_topk(np.array([1.0, 2.0]), 1, 1.0, make_rng(0, test_mode=True), sensitivity=0.0)
+
+
+# ------------------------------------------------------------------------ KSA joint EM: domain, cost, plan
+
+Q = 400 / 14732
+
+
+def test_histogram_on_domain_counts_once_per_output_and_ignores_other_tokens():
+    domain = ["Amanda", "cookies", "baked", "Jerry"]
+    outputs = [["Amanda", "baked", "cookies", "Amanda"], ["cookies", "tomorrow"], [], ("Jerry", "Jerry", "x")]
+    np.testing.assert_array_equal(joint_em.histogram_on_domain(outputs, domain), [1, 2, 1, 1])
+    np.testing.assert_array_equal(joint_em.histogram_on_domain([], domain), [0, 0, 0, 0])
+    assert joint_em.histogram_on_domain(outputs, []).shape == (0,)
+    # one output replaced by any other moves every count by at most 1
+    gen = np.random.default_rng(11)
+    words = domain + ["a", "b", "c"]
+    for _ in range(200):
+        outs = [gen.choice(words, size=int(gen.integers(0, 8))).tolist() for _ in range(int(gen.integers(1, 12)))]
+        other = list(outs)
+        other[int(gen.integers(len(outs)))] = gen.choice(words, size=int(gen.integers(0, 8))).tolist()
+        diff = joint_em.histogram_on_domain(outs, domain) - joint_em.histogram_on_domain(other, domain)
+        assert np.max(np.abs(diff)) <= 1
+    with pytest.raises(ValueError):
+        joint_em.histogram_on_domain(outputs, ["a", "a"])
+    with pytest.raises(TypeError):
+        joint_em.histogram_on_domain(["a string"], domain)
+
+
+def test_select_keywords():
+    domain = ["w0", "w1", "w2", "w3", "w4"]
+    counts = np.array([3.0, 40.0, 7.0, 25.0, 0.0])
+    rng = make_rng(12, test_mode=True)
+    assert joint_em.select_keywords(domain, counts, 3, 1e6, rng) == ["w1", "w3", "w2"]
+    assert sorted(joint_em.select_keywords(domain, counts, 10, 1.0, rng)) == sorted(domain)  # k = min(k, d)
+    out = joint_em.select_keywords(domain, counts, 2, 0.5, rng)
+    assert len(out) == 2 and len(set(out)) == 2 and set(out) <= set(domain)
+    # empty (public) domain: nothing released, no noise drawn
+    state = rng.bit_generator.state
+    assert joint_em.select_keywords([], np.array([]), 10, 1.0, rng) == []
+    assert rng.bit_generator.state == state
+    for args in [(domain, counts[:-1], 2, 1.0), (domain, counts, 0, 1.0), (domain, counts, 2, 0.0)]:
+        with pytest.raises(ValueError):
+            joint_em.select_keywords(*args, rng)
+
+
+def test_cost_event():
+    e = joint_em.cost(0.77, Q)
+    assert e.kind == "subsampled_exponential"
+    assert (e.epsilon, e.sampling_rate, e.sensitivity, e.mechanism) == (0.77, Q, 2.0, "ksa_jem")
+
+
+# The §11.1 vectors (ε_EM 0.77 / 1.65 / 2.67 → 0.9927 / 2.99845 / 7.99574) are checked in test_rdp.py; here the
+# plan must invert them.
+@pytest.mark.parametrize("target, eps_em", [(0.9927, 0.77), (2.99845, 1.65), (7.99574, 2.67)])
+def test_plan_inverts_the_papers_vectors(target, eps_em):
+    from dpicl.privacy.accounting import RDPAccountant
+
+    p = joint_em.plan(Q, 100, target, 5e-5)
+    assert p["method"] == "ksa-jem" and p["sensitivity"] == 2.0 and p["queries"] == 100
+    assert p["epsilon_em"] == pytest.approx(eps_em, rel=2e-4)
+    acc = RDPAccountant()
+    assert p["epsilon_certified"] == acc.epsilon([joint_em.cost(p["epsilon_em"], Q)] * 100, 5e-5) <= target
+    assert acc.epsilon([joint_em.cost(p["epsilon_em"] * (1 + 1e-4), Q)] * 100, 5e-5) > target
+
+
+def test_plan_validation():
+    for args in [(0.0, 100, 1.0, 1e-5), (1.5, 100, 1.0, 1e-5), (Q, 0, 1.0, 1e-5), (Q, 100, 0.0, 1e-5),
+                 (Q, 100, 1.0, 0.0)]:
+        with pytest.raises(ValueError):
+            joint_em.plan(*args)

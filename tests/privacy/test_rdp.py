@@ -14,12 +14,14 @@ from dpicl.privacy.accounting import (
     RDPAccountant,
     SubsampledExponentialEvent,
     SubsampledGaussianEvent,
+    SubsampledPTREvent,
     UnsupportedEventError,
+    choose_accountant,
     event_from_json,
     max_additional,
     total_epsilon,
 )
-from dpicl.privacy.accounting.rdp import exponential_rdp, gaussian_rdp, poisson_subsampled_rdp
+from dpicl.privacy.accounting.rdp import bbghs_epsilon, exponential_rdp, gaussian_rdp, poisson_subsampled_rdp
 
 ALPHAS = np.arange(2, 200)
 
@@ -208,3 +210,58 @@ def test_max_additional_default_handles_exponential_events():
     assert k > 0
     assert total_epsilon(spent + [new] * k, delta) <= limit
     assert total_epsilon(spent + [new] * (k + 1), delta) > limit
+
+
+# ------------------------------------------------------------------ approximate RDP: KSA-PTR (001 Def 6, Thm 12)
+
+Q_PTR = 400 / 14732
+
+
+def test_ptr_curve_is_the_amplified_sum_at_the_modified_rate():
+    e = SubsampledPTREvent(0.9, 1.869, 1.823e-5, Q_PTR)
+    acc = RDPAccountant()
+    rate = Q_PTR * (1 - 1.823e-5) / (1 - Q_PTR * 1.823e-5)
+    expected = poisson_subsampled_rdp(lambda a: gaussian_rdp(1.869, a) + exponential_rdp(0.9, a), rate, 199,
+                                      math.inf, "autodp")
+    np.testing.assert_allclose(acc.rdp([e] * 3), 3 * expected, rtol=1e-12)
+    # the failure terms add over the queries; BBGHS is taken at δ − Σ q·δ0
+    assert acc.failure_delta([e] * 100) == pytest.approx(100 * Q_PTR * 1.823e-5)
+    assert acc.epsilon([e] * 100, 5e-5) == pytest.approx(
+        bbghs_epsilon(100 * expected, acc.alphas, 5e-5 - 100 * Q_PTR * 1.823e-5))
+    # more than the budget's δ in failures: no finite ε
+    assert acc.epsilon([e] * 101, 1.823e-5 * Q_PTR * 100) == math.inf
+    # a PTR query costs at least its Gaussian test and at least its FindBestK (same rate, δ0 → 0)
+    tiny = SubsampledPTREvent(0.9, 1.869, 1e-12, Q_PTR)
+    assert acc.epsilon([tiny] * 100, 5e-5) >= acc.epsilon([SubsampledGaussianEvent(1.869, Q_PTR, 2.0)] * 100, 5e-5)
+    assert acc.epsilon([tiny] * 100, 5e-5) >= acc.epsilon([SubsampledExponentialEvent(0.9, Q_PTR, 2.0)] * 100, 5e-5)
+
+
+def test_ledger_with_ptr_events_goes_to_rdp_and_stays_sound():
+    g = SubsampledGaussianEvent(1.0, Q_PTR, 2.0, "esa")
+    e = SubsampledExponentialEvent(0.77, Q_PTR, 2.0, "ksa_jem")
+    p = SubsampledPTREvent(0.9, 1.869, 1e-5, Q_PTR)
+    delta = 5e-5
+    assert not PRVAccountant().supports(p)
+    assert choose_accountant([g, p]).name == "rdp" and choose_accountant([p]).name == "rdp"
+    gaussians, ems, ptrs = [g] * 30, [e] * 30, [p] * 30
+    mixed = total_epsilon(gaussians + ems + ptrs, delta)
+    assert mixed == RDPAccountant().epsilon(gaussians + ems + ptrs, delta)
+    for part in (gaussians, ems, ptrs, gaussians + ptrs, ems + ptrs, gaussians + ems):
+        assert mixed >= total_epsilon(part, delta)
+        assert mixed >= RDPAccountant().epsilon(part, delta)
+    # adding any event never lowers ε (including the PRV → RDP switch on the first PTR event)
+    ledger, last = [], 0.0
+    for event in [g, g, p, e, p, g, SubsampledPTREvent(3.0, 0.5, 1e-3, 0.5), e, p]:
+        ledger.append(event)
+        now = total_epsilon(ledger, delta)
+        assert now >= last - 1e-12
+        last = now
+    assert total_epsilon(ptrs[::-1] + ems + gaussians, delta) == pytest.approx(mixed)
+
+
+def test_max_additional_stops_before_the_failures_use_up_delta():
+    p = SubsampledPTREvent(0.2, 5.0, 1e-5, Q_PTR)
+    delta = 5e-5
+    k = max_additional([], p, 100.0, delta)  # ε is no constraint here: δ is
+    assert k == math.ceil(delta / p.failure_delta) - 1
+    assert total_epsilon([p] * k, delta) < math.inf == total_epsilon([p] * (k + 1), delta)

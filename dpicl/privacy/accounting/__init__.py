@@ -3,7 +3,8 @@
 ``total_epsilon`` is what the ledger calls. It never falls back to a naive sum of per-event ε: an event no
 accountant supports is an error. The PRV accountant (tight) is used when it supports every event — all-Gaussian
 ledgers keep exactly their former values — otherwise the RDP accountant (Bun–Steinke exponential mechanism,
-Poisson amplification, BBGHS conversion) when it supports every event.
+Poisson amplification, approximate RDP for KSA-PTR, BBGHS conversion) when it supports every event. A ledger
+with any KSA-PTR event therefore always goes to RDP: PRV has no model of the PTR failure probability.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from .events import (
     PrivacyEvent,
     SubsampledExponentialEvent,
     SubsampledGaussianEvent,
+    SubsampledPTREvent,
     UnsupportedEventError,
     event_from_dict,
     event_from_json,
@@ -28,6 +30,7 @@ __all__ = [
     "RDPAccountant",
     "SubsampledExponentialEvent",
     "SubsampledGaussianEvent",
+    "SubsampledPTREvent",
     "UnsupportedEventError",
     "calibrate_noise_multiplier",
     "choose_accountant",

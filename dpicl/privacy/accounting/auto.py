@@ -1,5 +1,6 @@
 """The ledger's accountant choice: PRV when it supports every event (tight; all-Gaussian ledgers), else RDP
-when it does; never a naive sum — an event no accountant supports is an error."""
+when it does (exponential-mechanism and KSA-PTR events, alone or mixed with Gaussians: PRV supports neither);
+never a naive sum — an event no accountant supports is an error."""
 
 from __future__ import annotations
 

@@ -114,3 +114,50 @@ class SubsampledExponentialEvent(PrivacyEvent):
     def __post_init__(self) -> None:
         _check_positive("epsilon", self.epsilon)
         _check_subsampled(self.sensitivity, self.sampling_rate)
+
+
+@dataclass(frozen=True)
+class SubsampledPTREvent(PrivacyEvent):
+    """One KSA-PTR query (paper 001 App A.3.2, Alg 6–7, Thm 10–12; MECHANISMS §4) on a Poisson subsample.
+
+    The records enter the query independently with probability ``sampling_rate`` (add/remove neighbours). On
+    that sample the mechanism runs an ``epsilon_em``-DP exponential mechanism (FindBestK) and then a
+    propose-test-release test: Gaussian noise of std ``sensitivity * noise_multiplier`` on a statistic of
+    sensitivity ``sensitivity``, calibrated so that the test passes with probability ≤ ``delta0`` when the
+    released set is not stable. The query is ``delta0``-approximately (α/(2·nm²) + ε_EM(α))-RDP (Thm 10–11); under
+    Poisson(q) it is q·``delta0``-approximately RDP with the amplification of rate q(1−δ0)/(1−q·δ0) (Thm 12).
+    A query whose test fails costs the same as one that passes. ``mechanism`` is a label.
+    """
+
+    kind: ClassVar[str] = "subsampled_ptr"
+
+    epsilon_em: float
+    noise_multiplier: float
+    delta0: float
+    sampling_rate: float
+    sensitivity: float = 2.0
+    mechanism: str = "ksa_ptr"
+
+    def __post_init__(self) -> None:
+        _check_positive("epsilon_em", self.epsilon_em)
+        _check_positive("noise_multiplier", self.noise_multiplier)
+        _check_positive("delta0", self.delta0)
+        if self.delta0 >= 1:
+            raise ValueError(f"delta0 must be in (0, 1), got {self.delta0!r}")
+        _check_subsampled(self.sensitivity, self.sampling_rate)
+
+    @property
+    def sigma(self) -> float:
+        """Noise standard deviation of the PTR test."""
+        return self.sensitivity * self.noise_multiplier
+
+    @property
+    def failure_delta(self) -> float:
+        """q·δ0: this query's share of δ (Thm 12); the shares of composed queries add up."""
+        return self.sampling_rate * self.delta0
+
+    @property
+    def amplified_rate(self) -> float:
+        """q(1−δ0)/(1−q·δ0): the rate at which the conditional mechanism is amplified (Thm 12)."""
+        q, d0 = self.sampling_rate, self.delta0
+        return q * (1 - d0) / (1 - q * d0)

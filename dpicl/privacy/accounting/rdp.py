@@ -1,10 +1,15 @@
-"""RDP accountant: ε of a composition of Poisson-subsampled Gaussian and exponential-mechanism events.
+"""RDP accountant: ε of a composition of Poisson-subsampled Gaussian, exponential-mechanism and KSA-PTR events.
 
 MECHANISMS §A.2. Per event, the Rényi-DP curve ε(α) of the base mechanism on the integer grid α = 2, 3, …:
 
 * Gaussian, noise multiplier nm (per unit sensitivity): α / (2 nm²), ε(∞) = ∞.
 * ε-DP exponential mechanism (Bun & Steinke 2016): min(α ε²/2, 1/(α−1)·log[(sinh(αε) − sinh((α−1)ε))/sinh(ε)]),
   ε(∞) = ε. The ratio of sinh's equals cosh((α−½)ε)/cosh(ε/2), which we evaluate through a stable log cosh.
+* KSA-PTR query (ε_EM FindBestK + Gaussian PTR test, failure probability δ0; 001 Thm 10–11): δ0-*approximate* RDP
+  (001 Def 6) with curve α/(2 nm²) + ε_EM(α), ε(∞) = ∞. Under Poisson(q) it is q·δ0-approximately RDP with the
+  amplification bound evaluated at the rate q(1−δ0)/(1−q·δ0) (001 Thm 12). Approximate-RDP composition adds the
+  curves and adds the δ's, so a ledger carries the failure term Σ q_i·δ0_i over *all* its PTR events (the
+  reference code subtracted one q·δ0 for 100 queries; MECHANISMS §12.1 item 3).
 
 Then Poisson(q) subsampling with the general upper bound (autodp ``compose_poisson_subsampled_mechanisms1``,
 ``improved_bound_flag=False``; 003 Thm A.4), for integer m ≥ 2:
@@ -20,7 +25,9 @@ tighter form stays opt-in until its validity for add/remove neighbours in both d
 2019's general bound carries an extra factor on the j ≥ 3 terms): when unsure, charge more. Curves add under composition; the total is
 converted with BBGHS (Balle et al. 2020, Thm 21) minimised over the integer grid:
 
-    ε(δ) = min_α max(0, ε_RDP(α) + log((α−1)/α) − (log δ + log α)/(α−1)).
+    ε(δ) = min_α max(0, ε_RDP(α) + log((α−1)/α) − (log δ + log α)/(α−1)),
+
+taken at δ − Σ q_i·δ0_i when the ledger holds PTR events (∞ when that is ≤ 0: the failures alone exceed δ).
 
 Looser than the PRV accountant for Gaussian events but sound, and it covers the exponential mechanism.
 """
@@ -34,7 +41,13 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
-from .events import PrivacyEvent, SubsampledExponentialEvent, SubsampledGaussianEvent, UnsupportedEventError
+from .events import (
+    PrivacyEvent,
+    SubsampledExponentialEvent,
+    SubsampledGaussianEvent,
+    SubsampledPTREvent,
+    UnsupportedEventError,
+)
 
 # The reference code (001 notebook, PubDP-ICL privacy_accountant.py) minimises over integer α < alpha_max = 200.
 DEFAULT_ALPHAS = tuple(range(2, 200))
@@ -118,7 +131,7 @@ def bbghs_epsilon(rdp: Sequence[float], alphas: Sequence[float], delta: float) -
 
 
 class RDPAccountant:
-    """Upper-bound ε for Poisson-subsampled Gaussian and exponential-mechanism events (add/remove)."""
+    """Upper-bound ε for Poisson-subsampled Gaussian, exponential-mechanism and KSA-PTR events (add/remove)."""
 
     name = "rdp"
 
@@ -133,41 +146,63 @@ class RDPAccountant:
         self._index = np.asarray(self.alphas) - 2  # the bound at order m needs every order 2..m
 
     def supports(self, event: PrivacyEvent) -> bool:
-        return isinstance(event, (SubsampledGaussianEvent, SubsampledExponentialEvent))
+        return isinstance(event, (SubsampledGaussianEvent, SubsampledExponentialEvent, SubsampledPTREvent))
 
     @staticmethod
     def _key(event: PrivacyEvent) -> tuple:
+        """What the event's amplified curve depends on (labels and the noise's absolute scale do not matter)."""
         if isinstance(event, SubsampledGaussianEvent):
             return ("gaussian", float(event.noise_multiplier), float(event.sampling_rate))
         if isinstance(event, SubsampledExponentialEvent):
             return ("exponential", float(event.epsilon), float(event.sampling_rate))
+        if isinstance(event, SubsampledPTREvent):
+            return ("ptr", float(event.epsilon_em), float(event.noise_multiplier), float(event.amplified_rate))
         raise UnsupportedEventError(f"RDP accountant cannot account for {type(event).__name__}")
 
     def _curve(self, key: tuple) -> np.ndarray:
-        kind, param, q = key
+        kind, *params, q = key
         if kind == "gaussian":
-            base, eps_inf = (lambda a: gaussian_rdp(param, a)), math.inf
-        else:
-            base, eps_inf = (lambda a: exponential_rdp(param, a)), param
+            (nm,) = params
+            base, eps_inf = (lambda a: gaussian_rdp(nm, a)), math.inf
+        elif kind == "exponential":
+            (eps,) = params
+            base, eps_inf = (lambda a: exponential_rdp(eps, a)), eps
+        else:  # ptr: FindBestK and the PTR test compose; the conditional mechanism has no finite ε(∞)
+            eps_em, nm = params
+            base, eps_inf = (lambda a: gaussian_rdp(nm, a) + exponential_rdp(eps_em, a)), math.inf
         curve = poisson_subsampled_rdp(base, q, self.alphas[-1], eps_inf, self.amplification)
         return curve[self._index]
 
-    def rdp(self, events: Sequence[PrivacyEvent]) -> np.ndarray:
-        """Composed RDP curve of ``events`` at ``self.alphas``."""
+    def _check(self, events: Sequence[PrivacyEvent]) -> None:
         for event in events:
             if not self.supports(event):
                 raise UnsupportedEventError(f"RDP accountant cannot account for {type(event).__name__}")
+
+    def rdp(self, events: Sequence[PrivacyEvent]) -> np.ndarray:
+        """Composed (approximate-)RDP curve of ``events`` at ``self.alphas``."""
+        self._check(events)
         counts = Counter(self._key(e) for e in events)
         total = np.zeros(len(self.alphas))
         for key, count in sorted(counts.items()):
             total += count * self._curve(key)
         return total
 
+    def failure_delta(self, events: Sequence[PrivacyEvent]) -> float:
+        """Σ q_i·δ0_i over the PTR events: the δ of the composed approximate RDP (0.0 without PTR events)."""
+        self._check(events)
+        return math.fsum(e.failure_delta for e in events if isinstance(e, SubsampledPTREvent))
+
     def epsilon(self, events: Sequence[PrivacyEvent], delta: float) -> float:
-        """Sound upper bound on ε of composing ``events`` at ``delta``; 0.0 for no events."""
+        """Sound upper bound on ε of composing ``events`` at ``delta``; 0.0 for no events.
+
+        BBGHS at δ − Σ q_i·δ0_i; ``math.inf`` when the PTR failure terms alone use up δ.
+        """
         if not 0 < delta < 1:
             raise ValueError(f"delta must be in (0, 1), got {delta}")
         curve = self.rdp(events)
         if not events:
             return 0.0
-        return bbghs_epsilon(curve, self.alphas, delta)
+        remaining = delta - self.failure_delta(events)
+        if remaining <= 0:
+            return math.inf
+        return bbghs_epsilon(curve, self.alphas, remaining)

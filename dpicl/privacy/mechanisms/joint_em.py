@@ -6,16 +6,29 @@ Pr[s] ∝ exp(ε·u(s)/(2Δ)), u(s) = −max_i (c_(i) − c_{s_i}), where c_(i) 
 enumerates the d!/(d−k)! sequences: sequences are grouped by the entry of the k×d difference matrix that
 attains their maximum, the size of every group is computed in one sweep, a group is drawn by Gumbel-max in log
 space, and a sequence is drawn uniformly inside the group. Cost O(dk·log(dk)) time, O(dk) memory.
+
+KSA with the joint EM (MECHANISMS §3 steps 1–5): the domain is the set of words of the public zero-shot prompt,
+each teacher output adds 1 to every domain word it contains (at most once per output; other words are ignored),
+and ``select_keywords`` releases k ranked words. One query costs ``cost(ε, q)``; ``plan`` calibrates ε per query.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Sequence
+
 import numpy as np
+
+from ..accounting.auto import total_epsilon
+from ..accounting.events import SubsampledExponentialEvent
 
 # One record replaces one teacher output: each count moves by ≤ 1, but one count can rise while another falls,
 # so a difference c_i − c_j moves by ≤ 2 (Gillenwater's SWAP case). The papers' code used 1 (MECHANISMS §12.1.4).
 SENSITIVITY = 2.0
-METHOD = "joint_em"
+METHOD = "ksa-jem"  # name in `dpicl plan`
+MECHANISM = "ksa_jem"  # label of the ledger event
+_REL_TOL = 1e-6  # relative precision of the planned per-query ε
+_EPS_MAX = 1e3  # a per-query ε beyond this is no privacy at all; the search stops there
 
 
 def _validate(counts: np.ndarray, k: int) -> np.ndarray:
@@ -139,3 +152,98 @@ def sample_topk(
         seq[i] = s_i
         taken.append(s_i)
     return order[np.asarray(seq, dtype=np.int64)]
+
+
+def cost(epsilon: float, sampling_rate: float) -> SubsampledExponentialEvent:
+    """Privacy event of one KSA joint-EM query (ε-DP exponential mechanism, utility sensitivity 2)."""
+    return SubsampledExponentialEvent(epsilon, sampling_rate, sensitivity=SENSITIVITY, mechanism=MECHANISM)
+
+
+def _check_target(sampling_rate: float, queries: int, epsilon: float, delta: float) -> None:
+    if not (math.isfinite(sampling_rate) and 0 < sampling_rate <= 1):
+        raise ValueError(f"sampling_rate must be in (0, 1], got {sampling_rate!r}")
+    if isinstance(queries, bool) or not isinstance(queries, (int, np.integer)) or queries < 1:
+        raise ValueError(f"queries must be an integer >= 1, got {queries!r}")
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+
+
+def per_query_epsilon(sampling_rate: float, queries: int, epsilon: float, delta: float) -> float:
+    """Largest per-query ε (to 1e-6 relative) whose ``queries`` subsampled EM events compose to ≤ ``epsilon``.
+
+    Composition by the ledger's accountant (RDP for exponential-mechanism events). Bisection; the feasible end
+    of the final bracket is returned, so the result always fits.
+    """
+    _check_target(sampling_rate, queries, epsilon, delta)
+
+    def fits(x: float) -> bool:
+        return total_epsilon([cost(x, sampling_rate)] * queries, delta) <= epsilon
+
+    lo, hi = 0.0, 1.0  # invariant: lo fits (0 is "no release"); hi does not, once found
+    while fits(hi):
+        lo, hi = hi, 2 * hi
+        if hi > _EPS_MAX:
+            return lo
+    while hi - lo > _REL_TOL * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    if lo == 0.0:
+        raise ValueError(f"ε = {epsilon:g} at δ = {delta:g} is too small for {queries} queries")
+    return lo
+
+
+def plan(sampling_rate: float, queries: int, epsilon: float, delta: float) -> dict:
+    """Per-query EM ε for answering ``queries`` KSA joint-EM queries within (ε, δ); no private data involved."""
+    eps_em = per_query_epsilon(sampling_rate, queries, epsilon, delta)
+    return {
+        "method": METHOD,
+        "epsilon": epsilon,
+        "delta": delta,
+        "queries": queries,
+        "sampling_rate": sampling_rate,
+        "epsilon_em": eps_em,
+        "sensitivity": SENSITIVITY,
+        "epsilon_certified": total_epsilon([cost(eps_em, sampling_rate)] * queries, delta),
+    }
+
+
+def histogram_on_domain(token_sets: Iterable[Iterable[str]], domain: Sequence[str]) -> np.ndarray:
+    """Counts over the public ``domain``: how many teacher outputs contain each domain token (§3 steps 1–3).
+
+    Each output is given as its tokens (tokenized and filtered outside the privacy package); a token counts at
+    most once per output and tokens outside the domain are ignored, so one changed output moves every count
+    by ≤ 1. The domain must come from public data (the zero-shot prompt) and hold distinct tokens.
+    """
+    index = {token: i for i, token in enumerate(domain)}
+    if len(index) != len(domain):
+        raise ValueError("domain must hold distinct tokens")
+    counts = np.zeros(len(index))
+    for n, tokens in enumerate(token_sets):
+        if isinstance(tokens, (str, bytes)):
+            raise TypeError(f"token set {n} is a string; pass an iterable of tokens")
+        for token in set(tokens):
+            i = index.get(token)
+            if i is not None:
+                counts[i] += 1
+    return counts
+
+
+def select_keywords(
+    domain: Sequence[str], counts: np.ndarray, k: int, epsilon: float, rng: np.random.Generator
+) -> list[str]:
+    """The k ranked domain tokens released by the joint EM (k = min(k, |domain|)), best first.
+
+    An empty domain gives [] without drawing any noise: the domain comes from the public prompt, so its being
+    empty is a public fact and the output does not depend on private data.
+    """
+    tokens = list(domain)
+    c = np.asarray(counts, dtype=float)
+    if c.shape != (len(tokens),):
+        raise ValueError(f"counts must have one entry per domain token ({len(tokens)}), got shape {c.shape}")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    if not tokens:
+        return []
+    return [tokens[i] for i in sample_topk(c, min(int(k), len(tokens)), epsilon, rng)]

@@ -62,6 +62,14 @@ def ingest(
     field: Annotated[list[str], typer.Option("--field", help="ROLE=COLUMN, e.g. input=dialogue")] = [],  # noqa: B006
     config: Annotated[Optional[str], typer.Option(help="ingest every file listed under `data:` of this config")] = None,
     replace: Annotated[bool, typer.Option(help="replace a dataset of the same name (never one with spend)")] = False,
+    format: Annotated[Optional[str], typer.Option(
+        "--format", help="json | jsonl | csv | tsv | parquet | lines (default: from the file extension)")] = None,
+    pattern: Annotated[Optional[str], typer.Option(
+        help="with --format lines: a regular expression whose named groups are the columns")] = None,
+    header: Annotated[bool, typer.Option(help="CSV/TSV: the first row names the columns")] = True,
+    label: Annotated[list[str], typer.Option(
+        "--label", help="RAW=NAME: label value in the file -> label name, e.g. 0=negative")] = [],  # noqa: B006
+    skip_empty: Annotated[bool, typer.Option(help="leave out rows with an empty input/output")] = False,
     db: DbOption = None,
 ) -> None:
     """Ingest a private or public dataset, or a backlog of queries; all rows or none."""
@@ -83,13 +91,21 @@ def ingest(
         fields = _parse_fields(field)
         if kind == "queries":
             fields.setdefault("output", None)
-        sources = [DataSource(name=name, path=str(path), kind=kind, task=task, fields=fields)]
+        labels = dict(pair.split("=", 1) for pair in label if "=" in pair)
+        if len(labels) != len(label):
+            _fail("--label takes RAW=NAME, e.g. --label 0=negative --label 1=positive")
+        try:
+            sources = [DataSource(name=name, path=str(path), kind=kind, task=task, fields=fields, format=format,
+                                  pattern=pattern, header=header, labels=labels or None, skip_empty=skip_empty)]
+        except ValueError as err:  # pydantic's ValidationError, e.g. an unknown --format
+            _fail(f"invalid ingest options: {err}")
     con = _connect(db)
     try:
         for source in sources:
             report = ingest_source(con, source, replace=replace)
-            console.print(f"ingested {report.rows_added} rows into {source.name!r} "
-                          f"({report.rows_skipped} already present)")
+            skipped = "already present or empty" if source.kind == "queries" else "empty"
+            console.print(f"ingested {report.rows_added} rows into {source.name!r}"
+                          + (f" ({report.rows_skipped} skipped: {skipped})" if report.rows_skipped else ""))
     except IngestError as err:
         _fail(str(err))
     finally:
@@ -156,10 +172,14 @@ def plan(
     dataset: Annotated[Optional[str], typer.Option(help="private dataset whose open budget to plan against")] = None,
     teachers: Annotated[int, typer.Option(help="teachers per query (sets q with --shots when q is not given)")] = 10,
     shots: Annotated[int, typer.Option(help="demonstrations per teacher")] = 4,
+    delta0_fraction: Annotated[Optional[float], typer.Option(
+        help="ksa-ptr: share of δ for the PTR failures of all queries, δ0 = share·δ/(q·T) (default 0.5)")] = None,
+    em_epsilon: Annotated[Optional[float], typer.Option(
+        help="ksa-ptr: per-query FindBestK ε (default: T of them spend half of ε)")] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Per-query noise for a target (ε, δ) and number of queries; and what an open budget can still pay."""
+    """Per-query noise (or ε) for a target (ε, δ) and number of queries; and what an open budget can still pay."""
     budget_state = None
     if dataset is None and not as_json:
         dataset = _only_budget(db)
@@ -173,7 +193,8 @@ def plan(
     if missing:
         _fail(f"{', '.join(missing)} needed (or --dataset NAME to plan against its open budget)")
     try:
-        result = planning.plan(method, sampling_rate=sampling_rate, queries=queries, epsilon=epsilon, delta=delta)
+        result = planning.plan(method, sampling_rate=sampling_rate, queries=queries, epsilon=epsilon, delta=delta,
+                               delta0_fraction=delta0_fraction, em_epsilon=em_epsilon)
     except ValueError as err:
         _fail(str(err))
     if budget_state is not None:

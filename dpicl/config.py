@@ -8,10 +8,10 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -21,13 +21,20 @@ class _Strict(BaseModel):
 
 
 class TaskConfig(_Strict):
-    """How demonstrations and queries become prompts (plain completion format, STACK.md)."""
+    """How demonstrations and queries become prompts (plain completion format, STACK.md).
 
-    type: Literal["summarization", "generation"] = "summarization"
+    A classification task names its label set; teachers then predict the label whose first token is the most
+    likely next token after the prompt (paper 001's logit bias, done locally).
+    """
+
+    type: Literal["summarization", "generation", "classification"] = "summarization"
     instruction: str = ""
     demo_template: str = "Input:\n{input}\nOutput: {output}"
     query_template: str = "Input:\n{input}\nOutput:"
     separator: str = "\n\n"
+    labels: list[str] = []
+    # what precedes a label after the query prompt ("Sentiment:" + " positive")
+    label_prefix: str = " "
 
     @field_validator("demo_template")
     @classmethod
@@ -42,6 +49,14 @@ class TaskConfig(_Strict):
         if "{input}" not in v or "{output}" in v:
             raise ValueError("query_template must contain {input} and not {output}")
         return v
+
+    @model_validator(mode="after")
+    def _labels(self) -> TaskConfig:
+        if self.type == "classification" and len(set(self.labels)) < 2:
+            raise ValueError("a classification task needs at least two distinct labels (task.labels)")
+        if self.type != "classification" and self.labels:
+            raise ValueError("task.labels is only used by classification tasks")
+        return self
 
 
 class ModelConfig(_Strict):
@@ -65,20 +80,71 @@ class EmbeddingConfig(_Strict):
     batch_size: int = Field(64, ge=1)
 
 
-class ESAConfig(_Strict):
-    """ESA (paper 001 §3.2.1): teachers' output embeddings → noisy mean → nearest zero-shot candidate."""
+class _MethodConfig(_Strict):
+    """What every ensemble method shares: N teachers × s shots drawn per query by Poisson sampling."""
 
-    name: Literal["esa"] = "esa"
     teachers: int = Field(10, ge=1)
     shots: int = Field(4, ge=1)
-    candidates: int = Field(8, ge=1)
-    candidate_temperature: float = Field(1.0, gt=0)
-    candidate_top_p: float = Field(0.95, gt=0, le=1)
     # Poisson rate per record and query; default teachers·shots / |private dataset| (the papers' q)
     sampling_rate: float | None = Field(None, gt=0, le=1)
     # number of queries the budget is planned to pay for: the per-query noise is calibrated so that
     # this many releases compose to the budget's (ε, δ)
     planned_queries: int = Field(100, ge=1)
+
+
+class ESAConfig(_MethodConfig):
+    """ESA (paper 001 §3.2.1): teachers' output embeddings → noisy mean → nearest zero-shot candidate."""
+
+    name: Literal["esa"] = "esa"
+    candidates: int = Field(8, ge=1)
+    candidate_temperature: float = Field(1.0, gt=0)
+    candidate_top_p: float = Field(0.95, gt=0, le=1)
+
+
+class RNMConfig(_MethodConfig):
+    """RNM-Gaussian (paper 001 §3.1): the teachers' label votes → Gaussian noise → argmax."""
+
+    name: Literal["rnm"] = "rnm"
+
+
+class _KeywordMethodConfig(_MethodConfig):
+    """KSA (paper 001 §3.2.2): teachers' outputs → private keywords → the LLM answers with them as hints."""
+
+    # the query prompt with keyword hints; {input} is the query, {keywords} the released keywords, ", "-joined
+    keyword_template: str
+
+    @field_validator("keyword_template")
+    @classmethod
+    def _keyword_fields(cls, v: str) -> str:
+        if "{input}" not in v or "{keywords}" not in v:
+            raise ValueError("keyword_template must contain {input} and {keywords}")
+        return v
+
+
+class KSAJointEMConfig(_KeywordMethodConfig):
+    """KSA with the joint exponential mechanism: k keywords, ranked, from the public domain of the words of
+    the zero-shot prompt."""
+
+    name: Literal["ksa-jem"] = "ksa-jem"
+    k: int = Field(10, ge=1)
+    keyword_template: str = ("Input:\n{input}\nOutput with the following word suggestions ranked by their "
+                             "frequency from high to low: [{keywords}]\nOutput:")
+
+
+class KSAPTRConfig(_KeywordMethodConfig):
+    """KSA-PTR (paper 001 App A.3.2): FindBestK + propose-test-release of the top keyword set (unranked); when
+    the test fails the zero-shot answer is released (still charged)."""
+
+    name: Literal["ksa-ptr"] = "ksa-ptr"
+    k_max: int = Field(30, ge=1)
+    # share of δ reserved for the PTR failures of all planned queries (δ0 = share·δ/(q·T))
+    delta0_fraction: float = Field(0.5, gt=0, lt=1)
+    # per-query FindBestK ε; default: calibrated so that the FindBestK part alone would use half the budget
+    em_epsilon: float | None = Field(None, gt=0)
+    keyword_template: str = "Input:\n{input}\nOutput with the following word suggestions: [{keywords}]\nOutput:"
+
+
+MethodConfig = Annotated[ESAConfig | RNMConfig | KSAJointEMConfig | KSAPTRConfig, Field(discriminator="name")]
 
 
 class Fields(_Strict):
@@ -98,6 +164,16 @@ class DataSource(_Strict):
     kind: Literal["private", "public", "queries"]
     task: str = "summarization"
     fields: Fields = Fields()
+    # how to read the file: by default from its extension (.json .jsonl .csv .tsv .parquet); "lines" reads
+    # one record per line and splits it with `pattern`, a regular expression whose named groups are the columns
+    format: Literal["json", "jsonl", "csv", "tsv", "parquet", "lines"] | None = None
+    pattern: str | None = None
+    # CSV/TSV without a header row: the columns are named column1, column2, …
+    header: bool = True
+    # raw label value in the file -> label name (applied to the output and reference fields), e.g. {"0": negative}
+    labels: dict[str, str] | None = None
+    # leave out rows whose input (or a dataset's output) is missing or empty instead of refusing the file
+    skip_empty: bool = False
 
 
 class Config(_Strict):
@@ -108,13 +184,21 @@ class Config(_Strict):
     model: ModelConfig = ModelConfig()
     generation: GenerationConfig = GenerationConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
-    method: ESAConfig = ESAConfig()
+    method: MethodConfig = ESAConfig()
     # queries handled per stage batch: one backend call covers all prompts of this many queries
     batch_queries: int = Field(8, ge=1)
     # files `dpicl ingest --config` registers (optional)
     data: list[DataSource] = []
     # fixed seeds only in test/benchmark mode (privacy invariant 6; enforced by dpicl.privacy.rng)
     seed: int | None = None
+
+    @model_validator(mode="after")
+    def _method_fits_task(self) -> Config:
+        classifying = self.task.type == "classification"
+        if classifying != (self.method.name == "rnm"):
+            raise ValueError(f"method {self.method.name!r} does not answer {self.task.type} tasks "
+                             "(rnm answers classification tasks; esa, ksa-jem and ksa-ptr answer text tasks)")
+        return self
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()

@@ -37,6 +37,68 @@ def test_plan_rejects_unknown_method_and_missing_target():
     assert result.exit_code == 2 and "--sampling-rate" in result.output
 
 
+PAPER_ARGS = ["--sampling-rate", "0.027152", "--queries", "100", "--delta", "5e-5", "--json"]
+
+
+@pytest.mark.parametrize("epsilon", [1, 3, 8])
+def test_plan_ksa_jem_gives_a_certified_per_query_epsilon(epsilon):
+    out = _json(runner.invoke(app, ["plan", "--method", "ksa-jem", "--epsilon", str(epsilon), *PAPER_ARGS]))
+    assert out["method"] == "ksa-jem" and out["sensitivity"] == 2
+    assert out["epsilon_certified"] <= epsilon
+    # the §11.1 per-query values 0.77 / 1.65 / 2.67 spend slightly less than 1 / 3 / 8
+    assert out["epsilon_em"] == pytest.approx({1: 0.77, 3: 1.65, 8: 2.67}[epsilon], rel=0.01)
+
+
+def test_plan_ksa_ptr_gives_certified_parameters():
+    from scipy.stats import norm
+
+    out = _json(runner.invoke(app, ["plan", "--method", "ksa-ptr", "--epsilon", "3", *PAPER_ARGS]))
+    assert out["method"] == "ksa-ptr" and out["sensitivity"] == 2
+    assert out["epsilon_certified"] <= 3
+    assert out["delta0"] == pytest.approx(0.5 * 5e-5 / (0.027152 * 100))
+    assert out["sigma"] == pytest.approx(2 * out["noise_multiplier"])
+    assert out["offset"] == pytest.approx(norm.isf(out["delta0"]) * out["sigma"])
+    assert out["epsilon_em"] > 0 and out["noise_multiplier"] > 0
+    # the paper's ε = 3 setting with the corrected δ0 (§11.1): ε_EM 0.9, frac 0.99 → σ ≈ 1.869, offset ≈ 15.43
+    out = _json(runner.invoke(app, ["plan", "--method", "ksa-ptr", "--epsilon", "3.004565", "--delta0-fraction",
+                                    "0.99", "--em-epsilon", "0.9", *PAPER_ARGS]))
+    assert out["epsilon_em"] == 0.9 and out["noise_multiplier"] == pytest.approx(1.869, rel=1e-3)
+    assert out["offset"] == pytest.approx(15.43, abs=0.02) and out["epsilon_certified"] <= 3.004565
+
+
+def test_plan_ksa_options_are_checked_and_summaries_name_their_parameters():
+    result = runner.invoke(app, ["plan", "--method", "esa", "--epsilon", "3", "--delta0-fraction", "0.5",
+                                 *PAPER_ARGS])
+    assert result.exit_code == 2 and "delta0_fraction" in result.output
+    result = runner.invoke(app, ["plan", "--method", "ksa-ptr", "--epsilon", "3", "--delta0-fraction", "1.5",
+                                 *PAPER_ARGS])
+    assert result.exit_code == 2 and "delta0_fraction" in result.output
+    readable = [a for a in PAPER_ARGS if a != "--json"]
+    for method, words in [("ksa-ptr", ["ε_EM", "δ0", "offset"]), ("ksa-jem", ["ε_EM"])]:
+        result = runner.invoke(app, ["plan", "--method", method, "--epsilon", "3", *readable,
+                                     "--db", "/nonexistent/x.duckdb"])
+        assert result.exit_code == 0, result.output
+        flat = " ".join(result.output.split())
+        assert all(w in flat for w in words) and "noise std" not in flat
+
+
+def test_planned_ksa_events_and_what_a_budget_pays():
+    from dpicl import planning
+    from dpicl.privacy.accounting import SubsampledExponentialEvent, SubsampledPTREvent
+
+    q, T, eps, delta = 0.027152, 100, 3.0, 5e-5
+    ptr = planning.plan("ksa-ptr", sampling_rate=q, queries=T, epsilon=eps, delta=delta, delta0_fraction=0.5,
+                        em_epsilon=None)
+    event = planning.METHODS["ksa-ptr"].event(ptr)
+    assert event == SubsampledPTREvent(ptr["epsilon_em"], ptr["noise_multiplier"], ptr["delta0"], q)
+    state = {"dataset": "d", "epsilon_limit": eps, "delta": delta, "events": []}
+    paid = planning.payable(state, "ksa-ptr", ptr)["queries_payable"]
+    assert T <= paid < T / 0.5  # ε pays for T; the δ share of the failures caps it below T/frac
+    jem = planning.plan("ksa-jem", sampling_rate=q, queries=T, epsilon=eps, delta=delta)
+    assert planning.METHODS["ksa-jem"].event(jem) == SubsampledExponentialEvent(jem["epsilon_em"], q, 2.0, "ksa_jem")
+    assert planning.payable(state, "ksa-jem", jem)["queries_payable"] >= T
+
+
 def _write(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
@@ -96,3 +158,23 @@ def test_ingest_from_the_data_section_of_a_config(tmp_path):
     assert con.execute("SELECT count(*) FROM records WHERE dataset = 'p'").fetchone()[0] == 5
     assert con.execute("SELECT count(*) FROM queries WHERE backlog = 'q'").fetchone()[0] == 1
     con.close()
+
+
+def test_ingest_a_line_format_with_labels_from_the_command_line(tmp_path):
+    db = tmp_path / "lines.duckdb"
+    data = tmp_path / "sst.txt"
+    data.write_text("1 a fine film\n0 a dull film\n1 a bright film\n", encoding="utf-8")
+    args = ["ingest", str(data), "--name", "sst", "--as", "private", "--task", "classification",
+            "--format", "lines", "--pattern", r"^(?P<label>[01]) (?P<text>.+)$",
+            "--field", "input=text", "--field", "output=label", "--label", "0=negative", "--label", "1=positive",
+            "--db", str(db)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    from dpicl.storage.db import connect
+
+    con = connect(db, read_only=True)
+    labels = [r for (r,) in con.execute("SELECT output FROM records WHERE dataset = 'sst' ORDER BY row_no").fetchall()]
+    con.close()
+    assert labels == ["positive", "negative", "positive"]
+    bad = runner.invoke(app, [*args[:-2], "--label", "zero", "--db", str(tmp_path / "other.duckdb")])
+    assert bad.exit_code == 2 and "RAW=NAME" in bad.output

@@ -10,7 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,18 @@ class GenerationParams:
 
 @runtime_checkable
 class Backend(Protocol):
-    """An LLM behind one batched call. Outputs come back in input order, already `postprocess`ed."""
+    """An LLM behind one batched call. Outputs come back in input order, already `postprocess`ed.
+
+    Optional capabilities (see `CAPABILITIES`; test with `supports`, demand with `require`):
+
+    - `label_logprobs(prompts, continuations, *, progress=False) -> np.ndarray`, shape
+      (len(prompts), len(continuations)): the log-softmax over the full vocabulary of the next token after each
+      prompt, read at the first token of each continuation (a label as it follows the prompt, e.g.
+      `" positive"`; the caller adds the leading space). Continuations must differ in their first token
+      (`ValueError` naming the labels otherwise). Classification tasks predict the label with the highest score
+      (the local form of the OpenAI `logit_bias` + `max_tokens=1` trick); they cannot run on a backend without
+      it. See `LabelScorer`.
+    """
 
     name: str
 
@@ -62,6 +76,41 @@ class Backend(Protocol):
     ) -> list[str]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class LabelScorer(Protocol):
+    """The optional `label_logprobs` capability of a `Backend` (documented there)."""
+
+    def label_logprobs(
+        self, prompts: Sequence[str], continuations: Sequence[str], *, progress: bool = False
+    ) -> np.ndarray: ...
+
+
+# Optional backend methods -> what they are needed for (for error messages).
+CAPABILITIES = {
+    "label_logprobs": "classification tasks, which score each label's first token after the prompt",
+}
+
+
+class UnsupportedCapabilityError(TypeError):
+    """A backend lacks an optional capability that the configured task needs."""
+
+
+def supports(backend: object, capability: str) -> bool:
+    """Whether `backend` has the optional method `capability` (one of `CAPABILITIES`)."""
+    if capability not in CAPABILITIES:
+        raise ValueError(f"unknown backend capability {capability!r}; known: {', '.join(CAPABILITIES)}")
+    return callable(getattr(backend, capability, None))
+
+
+def require(backend: object, capability: str) -> None:
+    """Raise `UnsupportedCapabilityError` (naming the backend and what needs it) unless `supports` holds."""
+    if not supports(backend, capability):
+        name = getattr(backend, "name", type(backend).__name__)
+        raise UnsupportedCapabilityError(
+            f"backend {name!r} has no {capability}(), which {CAPABILITIES[capability]} need; "
+            "use a backend that provides it (the 'hf' backend does)")
 
 
 class ModelNotAvailableError(RuntimeError):

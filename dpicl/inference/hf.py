@@ -3,13 +3,19 @@
 Prompts are tokenized once, sorted by length into micro-batches (little padding), left-padded (decoder-only
 models continue from the right end), generated, and returned in input order. Generation of a sequence ends at
 EOS, at `max_new_tokens`, or as soon as it contains a stop string after its leading whitespace.
+
+`label_logprobs` scores classification labels the same way (the optional capability of `base.Backend`): one
+forward pass per micro-batch, and the next-token log-probabilities at the last (prediction) position, read at
+the first token of each label: the local form of the OpenAI `logit_bias` + `max_tokens=1` trick.
 """
 
 from __future__ import annotations
 
 import gc
+import inspect
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
@@ -96,20 +102,96 @@ class HFBackend:
         """Prompt lengths in tokens, as `generate` would feed them (BOS included when we add it)."""
         return [len(row) for row in self._encode(texts)] if texts else []
 
-    @torch.inference_mode()
-    def generate(
-        self, prompts: Sequence[str], params: GenerationParams, *, progress: bool = False
-    ) -> list[str]:
+    def _check_prompts(self, prompts: Sequence[str]) -> None:
         if isinstance(prompts, str):
             raise TypeError("prompts must be a sequence of strings, not a string")
         if self.model is None:
             raise RuntimeError("this backend has been closed")
+
+    def _micro_batches(self, ids: list[list[int]]) -> list[list[int]]:
+        """Indices of `ids` in micro-batches of at most `batch_size`, longest prompts first.
+
+        Similar lengths share a micro-batch (little padding), and an out-of-memory error shows up at once.
+        """
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+
+    def _pad(self, ids: list[list[int]]):
+        """A left-padded batch (`input_ids`, `attention_mask`) on the model's device."""
+        return self.tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt").to(self.device)
+
+    def label_token_ids(self, continuations: Sequence[str]) -> list[int]:
+        """The first token id of each continuation, as it follows a prompt (" positive": the caller adds the space).
+
+        Labels are compared by that one token, so two labels may not share it, and none may be empty. Labels
+        are public configuration, so the errors name them.
+        """
+        if isinstance(continuations, str):
+            raise TypeError("continuations must be a sequence of strings, not a string")
+        if not continuations:
+            raise ValueError("no continuations given; give at least one label string")
+        first: dict[int, str] = {}
+        ids: list[int] = []
+        for text in continuations:
+            if not isinstance(text, str):
+                raise TypeError(f"continuations must be strings, got {type(text).__name__}")
+            tokens = self.tokenizer(text, add_special_tokens=False).input_ids if text else []
+            if not tokens:
+                raise ValueError(f"label continuation {text!r} is empty (no tokens); give every label a "
+                                 "non-empty string such as ' positive'")
+            token = tokens[0]
+            if token in first:
+                shared = self.tokenizer.convert_ids_to_tokens(token)
+                raise ValueError(
+                    f"labels {first[token]!r} and {text!r} start with the same token {shared!r}, so their "
+                    "scores cannot be told apart; rename one of them so the labels differ in their first "
+                    "token")
+            first[token] = text
+            ids.append(token)
+        return ids
+
+    @torch.inference_mode()
+    def label_logprobs(
+        self, prompts: Sequence[str], continuations: Sequence[str], *, progress: bool = False
+    ) -> np.ndarray:
+        """Log-probabilities, shape (len(prompts), len(continuations)), of each continuation's first token as
+        the next token after each prompt (log-softmax over the full vocabulary, computed in float32).
+
+        One forward pass per micro-batch; with left padding the last position is the prediction position.
+        Rows come back in input order and do not depend on which other prompts share the batch.
+        """
+        self._check_prompts(prompts)
+        label_ids = self.label_token_ids(continuations)
+        scores = np.empty((len(prompts), len(label_ids)), dtype=np.float64)
+        if not prompts:
+            return scores
+        ids = self._encode(prompts)
+        index = torch.tensor(label_ids, device=self.device)
+        extra = {"logits_to_keep": 1} if self._keeps_logits else {}
+        for batch in tqdm(self._micro_batches(ids), desc="label logprobs", unit="batch", disable=not progress):
+            enc = self._pad([ids[i] for i in batch])
+            mask = enc["attention_mask"]
+            # Positions as `generate` computes them: counted from each row's first real token.
+            positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+            logits = self.model(**enc, position_ids=positions, **extra).logits[:, -1, :]
+            logprobs = torch.log_softmax(logits.float(), dim=-1).index_select(-1, index)
+            scores[batch] = logprobs.cpu().numpy()
+        return scores
+
+    @property
+    def _keeps_logits(self) -> bool:
+        """Whether the model's forward takes `logits_to_keep` (then only the last position's logits are made)."""
+        return "logits_to_keep" in inspect.signature(self.model.forward).parameters
+
+    @torch.inference_mode()
+    def generate(
+        self, prompts: Sequence[str], params: GenerationParams, *, progress: bool = False
+    ) -> list[str]:
+        self._check_prompts(prompts)
         if not prompts:
             return []
         ids = self._encode(prompts)
-        # Longest first: similar lengths share a micro-batch, and an out-of-memory error shows up at once.
-        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
-        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        batches = self._micro_batches(ids)
         outputs: list[str | None] = [None] * len(ids)
         # A seeded call runs in a forked RNG so the caller's global torch RNG is untouched; an unseeded one
         # must not fork, or every call would restore, and so repeat, the same random stream.
@@ -125,7 +207,7 @@ class HFBackend:
         return outputs  # type: ignore[return-value]
 
     def _generate_batch(self, ids: list[list[int]], params: GenerationParams) -> list[str]:
-        enc = self.tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt").to(self.device)
+        enc = self._pad(ids)
         prompt_len = enc["input_ids"].shape[1]
         kwargs: dict = dict(
             max_new_tokens=params.max_new_tokens,
@@ -143,7 +225,7 @@ class HFBackend:
         return self.tokenizer.batch_decode(out[:, prompt_len:], skip_special_tokens=True)
 
     def close(self) -> None:
-        """Free the model's memory; the backend cannot generate afterwards."""
+        """Free the model's memory; the backend cannot generate or score afterwards."""
         self.model = None
         gc.collect()
         if self.device.type == "cuda":

@@ -2,8 +2,17 @@
 
 Files are read by DuckDB's own readers: `read_json_objects` for JSON arrays and JSON Lines (every record kept as
 exact JSON, so a string stays a string: `read_json`'s inference would turn "2024-01-01" into a DATE), `read_csv`
-with the header's columns as VARCHAR, `read_parquet` with the file's own types. The format comes from the file
-extension (.json .jsonl .ndjson .csv .tsv .parquet) unless given.
+with the header's columns as VARCHAR (or, with `header=False`, columns named column1, column2, ...),
+`read_parquet` with the file's own types, and `read_text` for the "lines" format: one record per line, split by
+`pattern`, a regular expression whose named groups become the columns (it must match the whole line; DuckDB
+applies it with RE2, so lookarounds and backreferences are refused). In a "lines" file, blank lines at the end
+are skipped and a blank line anywhere else is an error (a blank line in the middle is more likely a damaged
+file than a record). The format comes from the file extension (.json .jsonl .ndjson .csv .tsv .parquet) unless
+given; "lines" is always given explicitly.
+
+`labels` maps raw label values in the file to label names (classification benchmarks store 0/1 or ABBR/DESC):
+it is applied to the output and reference fields after reading, and a raw value it does not list is an error.
+With `labels`, those fields may also hold JSON/Parquet integers (mapped by their decimal text).
 
 Everything is validated before anything is written, and each ingest is one transaction: a file is ingested
 whole or not at all. Records and queries are private text: an `IngestError` says what is wrong, where (file,
@@ -16,6 +25,7 @@ import codecs
 import csv
 import hashlib
 import json
+import re
 import secrets
 import uuid
 from dataclasses import asdict, dataclass
@@ -34,13 +44,15 @@ FORMATS = {
     ".tsv": "tsv",
     ".parquet": "parquet",
 }
-Format = Literal["json", "jsonl", "csv", "tsv", "parquet"]
+Format = Literal["json", "jsonl", "csv", "tsv", "parquet", "lines"]
+FORMAT_NAMES = ("json", "jsonl", "csv", "tsv", "parquet", "lines")
 
 # JSON types (as `json_type` names them) accepted per role; everything else is the wrong type.
 _TEXT_JSON_TYPES = ("VARCHAR",)
 _ID_JSON_TYPES = ("VARCHAR", "BIGINT", "UBIGINT", "DOUBLE")
 _NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
                   "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE")
+_LABEL_ROLES = ("output", "reference")  # the fields `labels` maps
 _TYPE_WORDS = {"BIGINT": "a number", "UBIGINT": "a number", "DOUBLE": "a number", "BOOLEAN": "true/false",
                "ARRAY": "a list", "OBJECT": "an object"}
 
@@ -75,7 +87,7 @@ class IngestError(ValueError):
         where = [str(path)]
         if line is not None:
             where.append(f"line {line}")
-        if row is not None:
+        if row is not None and not (row_label == "line" and row == line):
             where.append(f"{row_label} {row}")
         if field is not None:
             where.append(f"field '{field}'" + (f" ({role})" if role not in (None, field) else ""))
@@ -84,12 +96,22 @@ class IngestError(ValueError):
 
 def ingest_dataset(con: duckdb.DuckDBPyConnection, path: str | Path, name: str,
                    kind: Literal["private", "public"], task: str, fields: FieldMap, *,
-                   replace: bool = False, format: Format | None = None) -> IngestReport:
-    """Ingest a demonstration dataset into `datasets` and `records`, with a fresh teacher key."""
+                   replace: bool = False, format: Format | None = None, pattern: str | None = None,
+                   header: bool = True, labels: dict[str, str] | None = None,
+                   skip_empty: bool = False) -> IngestReport:
+    """Ingest a demonstration dataset into `datasets` and `records`, with a fresh teacher key.
+
+    `skip_empty`: rows whose input or output is missing or empty are left out (and counted in the report)
+    instead of failing the ingest.
+
+    `format`, `pattern`, `header` and `labels` say how to read the file (module docstring); the ones given are
+    recorded in the dataset's `field_map` beside the field mapping.
+    """
     if kind not in ("private", "public"):
         raise ValueError(f"kind must be 'private' or 'public', not {kind!r}")
     path = Path(path)
     roles = {"id": (fields.id, True), "input": (fields.input, True), "output": (fields.output, True)}
+    options = _Options.check(path, format, pattern, header, labels, fields, ("output",))
     with transaction(con):
         existing = con.execute("SELECT kind FROM datasets WHERE name = ?", [name]).fetchone()
         if existing and not replace:
@@ -101,10 +123,11 @@ def ingest_dataset(con: duckdb.DuckDBPyConnection, path: str | Path, name: str,
                 raise IngestError(path, f"dataset '{name}' has {spent} privacy ledger entries and cannot be "
                                         "replaced (its spent budget stays tied to the records it was spent on); "
                                         "ingest the new data under another name")
-        source = _Source.read(con, path, format)
-        stage = source.stage(roles)
+        source = _Source.read(con, path, options)
+        stage = source.stage(roles, skip_empty=skip_empty)
         n = con.execute(f"SELECT count(*) FROM {stage}").fetchone()[0]
-        row = [kind, task, str(path.resolve()), source.sha256, json.dumps(asdict(fields)), n, secrets.token_bytes(32)]
+        field_map = json.dumps(asdict(fields) | options.recorded())
+        row = [kind, task, str(path.resolve()), source.sha256, field_map, n, secrets.token_bytes(32)]
         if existing:
             con.execute("DELETE FROM records WHERE dataset = ?", [name])
             con.execute("UPDATE datasets SET kind = ?, task = ?, source_path = ?, source_sha256 = ?, "
@@ -115,21 +138,25 @@ def ingest_dataset(con: duckdb.DuckDBPyConnection, path: str | Path, name: str,
                         "teacher_key, name) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [*row, name])
         _insert_records(con, name, stage)
         source.drop()
-        return IngestReport(name, path, n, 0)
+        return IngestReport(name, path, n, source.skipped)
 
 
 def ingest_queries(con: duckdb.DuckDBPyConnection, path: str | Path, backlog: str, fields: FieldMap, *,
-                   format: Format | None = None) -> IngestReport:
-    """Add a file's queries to a backlog as 'pending'.
+                   format: Format | None = None, pattern: str | None = None, header: bool = True,
+                   labels: dict[str, str] | None = None, skip_empty: bool = False) -> IngestReport:
+    """Add a file's queries to a backlog as 'pending' (`skip_empty`: leave out rows with an empty input).
 
     Appending to an existing backlog is allowed: an id already there with the same text is skipped, with a
     different text it is an error. `row_no` is the query's position in the backlog (appends continue it).
+    `format`, `pattern`, `header` and `labels` say how to read the file (module docstring); `labels` maps the
+    reference field.
     """
     path = Path(path)
     roles = {"id": (fields.id, True), "input": (fields.input, True), "reference": (fields.reference, False)}
+    options = _Options.check(path, format, pattern, header, labels, fields, ("reference",))
     with transaction(con):
-        source = _Source.read(con, path, format)
-        stage = source.stage(roles)
+        source = _Source.read(con, path, options)
+        stage = source.stage(roles, skip_empty=skip_empty)
         clash = con.execute(
             f"SELECT s.row_no FROM {stage} s JOIN queries q ON q.backlog = ? AND q.query_id = s.id "
             "WHERE q.input <> s.input ORDER BY s.row_no LIMIT 1", [backlog]).fetchone()
@@ -146,7 +173,77 @@ def ingest_queries(con: duckdb.DuckDBPyConnection, path: str | Path, backlog: st
             "WHERE NOT EXISTS (SELECT 1 FROM queries q WHERE q.backlog = ? AND q.query_id = s.id)",
             [backlog, last, str(path.resolve()), backlog]).fetchone()[0]
         source.drop()
-        return IngestReport(backlog, path, added, total - added)
+        return IngestReport(backlog, path, added, total - added + source.skipped)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """How to read a file, checked before it is opened. Everything here is public configuration, so errors may
+    quote it (the pattern, the raw label values), unlike values from the file."""
+
+    format: str | None
+    pattern: str | None
+    header: bool
+    labels: dict[str, str] | None
+    groups: tuple[str | None, ...] = ()  # "lines": the name of each capture group in order (None: unnamed)
+
+    @classmethod
+    def check(cls, path: Path, format: str | None, pattern: str | None, header: bool,
+              labels: dict[str, str] | None, fields: FieldMap, label_roles: tuple[str, ...]) -> _Options:
+        if format is not None and format not in FORMAT_NAMES:
+            raise IngestError(path, f"unknown format '{format}'; use one of {', '.join(FORMAT_NAMES)}")
+        groups: tuple[str | None, ...] = ()
+        if format == "lines":
+            if pattern is None:
+                raise IngestError(path, "the 'lines' format needs a pattern: a regular expression whose named "
+                                        "groups are the columns, e.g. ^(?P<label>[01]) (?P<text>.+)$")
+            groups = _pattern_groups(path, pattern)
+        elif pattern is not None:
+            raise IngestError(path, "a pattern is only used by the 'lines' format; set format: lines "
+                                    "(--format lines) or remove the pattern")
+        if not header and format not in (None, "csv", "tsv"):
+            raise IngestError(path, f"header: false only applies to CSV and TSV files, not '{format}'; "
+                                    "remove it")
+        if labels is not None:
+            if not isinstance(labels, dict) or not labels:
+                raise IngestError(path, "labels must map at least one raw label value to a label name, "
+                                        "e.g. {'0': 'negative', '1': 'positive'}")
+            for raw, label in labels.items():
+                if not isinstance(raw, str) or not isinstance(label, str):
+                    raise IngestError(path, "labels must map strings to strings; quote numeric raw values "
+                                            "(e.g. '0': negative)")
+                if not label.strip():
+                    raise IngestError(path, f"the label name for raw value '{raw}' is empty; give it a name")
+            mapped = [role for role in label_roles if getattr(fields, role) is not None]
+            if not mapped:
+                raise IngestError(path, f"labels are given but no {' or '.join(label_roles)} field is mapped; "
+                                        f"map it with --field {label_roles[0]}=<column>, or remove the labels")
+        return cls(format, pattern, header, dict(labels) if labels is not None else None, groups)
+
+    def recorded(self) -> dict:
+        """The options worth keeping with a dataset's field map: only those given, so defaults stay as before."""
+        kept = {"format": self.format, "pattern": self.pattern, "labels": self.labels}
+        out = {key: value for key, value in kept.items() if value is not None}
+        if not self.header:
+            out["header"] = False
+        return out
+
+
+def _pattern_groups(path: Path, pattern: str) -> tuple[str | None, ...]:
+    """The name of each capture group of `pattern`, in order (None for an unnamed group); IngestError if the
+    pattern does not compile or names no group."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as error:
+        raise IngestError(path, f"the pattern is not a valid regular expression ({error.msg} at position "
+                                f"{error.pos}); fix the pattern") from None
+    if not compiled.groupindex:
+        raise IngestError(path, "the pattern has no named groups, so it gives no columns; name each column "
+                                "with (?P<name>...), e.g. ^(?P<label>[01]) (?P<text>.+)$")
+    names: list[str | None] = [None] * compiled.groups
+    for name, index in compiled.groupindex.items():
+        names[index - 1] = name
+    return tuple(names)
 
 
 def _insert_records(con: duckdb.DuckDBPyConnection, name: str, stage: str) -> None:
@@ -157,32 +254,44 @@ class _Source:
     """A file read into a TEMP table `src` (`_dpicl_row`: the 1-based row in the file, from WITH ORDINALITY) and
     validated into a TEMP `stage` table of text values; `drop()` or the transaction's rollback removes both."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, fmt: str):
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, fmt: str, options: _Options | None = None):
         self.con, self.path, self.fmt = con, path, fmt
+        self.options = options or _Options(fmt, None, True, None)
         tag = uuid.uuid4().hex[:12]
         self.src, self.stage_table, self.rejects = f"_ingest_src_{tag}", f"_ingest_stage_{tag}", f"_ingest_rej_{tag}"
+        self.lines = f"_ingest_lines_{tag}"
         self.sha256 = ""
+        self.skipped = 0  # rows left out by `stage(skip_empty=True)`
         self.columns: dict[str, str] = {}  # column name -> DuckDB type ("JSON" for every field of a JSON file)
 
     def error(self, message: str, *, row: int | None = None, field: str | None = None,
               line: int | None = None, role: str | None = None) -> IngestError:
+        if self.fmt == "lines":  # one record per line (blank lines only at the end): the row is the line
+            row, line = (line, line) if row is None else (row, row if line is None else line)
+            return IngestError(self.path, message, row=row, field=field, line=line, role=role, row_label="line")
         label = "data row" if self.fmt in ("csv", "tsv") else "row"
         return IngestError(self.path, message, row=row, field=field, line=line, role=role, row_label=label)
 
     @classmethod
-    def read(cls, con: duckdb.DuckDBPyConnection, path: Path, format: str | None) -> _Source:
+    def read(cls, con: duckdb.DuckDBPyConnection, path: Path, options: _Options | str | None) -> _Source:
+        if not isinstance(options, _Options):  # a bare format, as before the read options
+            options = _Options(options, None, True, None)
         if not path.is_file():
             raise IngestError(path, "file not found; check the path")
-        fmt = format or FORMATS.get(path.suffix.lower())
-        if fmt not in FORMATS.values():
+        fmt = options.format or FORMATS.get(path.suffix.lower())
+        if fmt not in FORMAT_NAMES:
             raise IngestError(path, f"cannot tell the file format from '{path.suffix}'; use one of "
-                                    f"{', '.join(FORMATS)} or give the format (--format)")
+                                    f"{', '.join(FORMATS)} or give the format (--format; "
+                                    f"one of {', '.join(FORMAT_NAMES)})")
+        if not options.header and fmt not in ("csv", "tsv"):
+            raise IngestError(path, f"header: false only applies to CSV and TSV files, not '{fmt}'; "
+                                    "remove it or give the format")
         if path.stat().st_size == 0:
             raise IngestError(path, "file is empty; nothing to ingest")
-        source = cls(con, path, fmt)
+        source = cls(con, path, fmt, options)
         source.sha256 = _scan(path, check_utf8=fmt != "parquet")
         {"json": source._read_json, "jsonl": source._read_json, "csv": source._read_csv,
-         "tsv": source._read_csv, "parquet": source._read_parquet}[fmt]()
+         "tsv": source._read_csv, "parquet": source._read_parquet, "lines": source._read_lines}[fmt]()
         if con.execute(f"SELECT count(*) FROM {source.src}").fetchone()[0] == 0:
             raise source.error("file has no data rows; nothing to ingest")
         return source
@@ -205,19 +314,26 @@ class _Source:
 
     def _read_csv(self) -> None:
         delim = "\t" if self.fmt == "tsv" else ","
+        has_header = self.options.header
         with open(self.path, newline="", encoding="utf-8-sig") as f:
-            header = next(csv.reader(f, delimiter=delim), [])
-        header = [name or f"column{i}" for i, name in enumerate(header, 1)]
+            first = next(csv.reader(f, delimiter=delim), [])
+        if has_header:
+            header = [name or f"column{i}" for i, name in enumerate(first, 1)]
+        else:  # the first record only tells how many columns there are
+            header = [f"column{i}" for i in range(1, len(first) + 1)]
         twice = sorted({name for name in header if header.count(name) > 1})
         if twice:
             raise self.error(f"the header names column(s) {', '.join(twice)} more than once; "
                              "rename them so every column has its own name", line=1)
+        if not header:
+            raise self.error("the first line has no columns; remove the blank line", line=1)
         try:
             self.con.execute(
                 f"CREATE TEMP TABLE {self.src} AS SELECT ordinality AS _dpicl_row, * FROM read_csv(?, "
-                "auto_detect = false, header = true, delim = ?, quote = '\"', escape = '\"', columns = ?, "
+                "auto_detect = false, header = ?, delim = ?, quote = '\"', escape = '\"', columns = ?, "
                 "store_rejects = true, rejects_table = ?, rejects_scan = ?) WITH ORDINALITY",
-                [str(self.path), delim, {name: "VARCHAR" for name in header}, self.rejects, self.rejects + "_scan"])
+                [str(self.path), has_header, delim, {name: "VARCHAR" for name in header}, self.rejects,
+                 self.rejects + "_scan"])
         except duckdb.Error:
             raise self.error(f"could not be read as {self.fmt.upper()}; check the delimiter, quoting and "
                              "encoding, or give the format (--format)") from None
@@ -239,31 +355,84 @@ class _Source:
         described = self.con.execute(f"DESCRIBE {self.src}").fetchall()
         self.columns = {name: str(dtype) for name, dtype, *_ in described[1:]}
 
-    def stage(self, roles: dict[str, tuple[str | None, bool]]) -> str:
-        """Validate the mapped fields and build the TEMP table (row_no, <role>...) of text values."""
+    def _read_lines(self) -> None:
+        """One record per line (LF or CRLF), split by the pattern's named groups into VARCHAR columns."""
+        groups = self.options.groups
+        pattern = _sql_string(self.options.pattern)
+        anchored = _sql_string(f"^(?:{self.options.pattern})$")
+        names = [name if name is not None else f"_dpicl_group{i}" for i, name in enumerate(groups, 1)]
+        # string_split keeps every line, so the ordinality is the line number; a BOM and a CR at the end go
+        self.con.execute(
+            f"CREATE TEMP TABLE {self.lines} AS SELECT t.n AS line_no, "
+            "regexp_replace(CASE WHEN t.n = 1 THEN ltrim(t.l, chr(65279)) ELSE t.l END, '\\r$', '') AS line "
+            "FROM (SELECT string_split(content, chr(10)) AS ls FROM read_text(?)), "
+            "unnest(ls) WITH ORDINALITY AS t(l, n)", [str(self.path)])
+        blank = "regexp_full_match(line, '\\s*')"
+        last = self.con.execute(f"SELECT max(line_no) FROM {self.lines} WHERE NOT {blank}").fetchone()[0]
+        if last is None:
+            raise self.error("file has no data rows (only blank lines); nothing to ingest")
+        bad = self.con.execute(f"SELECT min(line_no) FROM {self.lines} WHERE line_no < ? AND {blank}",
+                               [last]).fetchone()[0]
+        if bad is not None:
+            raise self.error("is blank; every line before the last record must be a record (blank lines are "
+                             "only skipped at the end of the file), remove it", line=bad)
+        try:
+            bad = self.con.execute(f"SELECT min(line_no) FROM {self.lines} WHERE line_no <= ? AND "
+                                   f"NOT regexp_full_match(line, {pattern})", [last]).fetchone()[0]
+        except duckdb.Error:
+            raise self.error("the pattern is not supported by DuckDB's regular expressions (RE2: no "
+                             "lookarounds, backreferences or possessive quantifiers); rewrite the pattern "
+                             "without them") from None
+        if bad is not None:
+            raise self.error("does not match the pattern (it must match the whole line); fix or remove the "
+                             "line, or change the pattern", line=bad)
+        wanted = ", ".join(f"m.{_sql_ident(name)} AS {_sql_ident(name)}" for name in groups if name is not None)
+        name_list = "[" + ", ".join(_sql_string(name) for name in names) + "]"
+        self.con.execute(
+            f"CREATE TEMP TABLE {self.src} AS SELECT line_no AS _dpicl_row, {wanted} FROM (SELECT line_no, "
+            f"regexp_extract(line, {anchored}, {name_list}) AS m FROM {self.lines} WHERE line_no <= ?) "
+            "ORDER BY line_no", [last])
+        self.con.execute(f"DROP TABLE {self.lines}")
+        self.columns = {name: "VARCHAR" for name in groups if name is not None}
+
+    def stage(self, roles: dict[str, tuple[str | None, bool]], skip_empty: bool = False) -> str:
+        """Validate the mapped fields and build the TEMP table (row_no, <role>...) of text values; with labels,
+        map the output and reference fields' raw values to label names."""
+        labels = self.options.labels
         selects = ["_dpicl_row AS row_no"]
         for role, (column, _) in roles.items():
             if column is not None and column not in self.columns:
                 raise self.error(f"not found in the file; its columns are {', '.join(self.columns) or '(none)'}; "
                                  f"map the field with --field {role}=<column>", field=column, role=role)
-            selects += self._select(role, column)
+            selects += self._select(role, column, numbers_ok=labels is not None and role in _LABEL_ROLES)
         self.con.execute(f"CREATE TEMP TABLE {self.stage_table} AS SELECT {', '.join(selects)} FROM {self.src} "
                          "ORDER BY _dpicl_row")
+        if skip_empty:
+            text_roles = [r for r in ("input", "output") if r in roles and roles[r][0] is not None]
+            empty = " OR ".join(f"(({r} IS NULL OR {r} = '') AND {r}_ok)" for r in text_roles)
+            self.skipped = self.con.execute(f"DELETE FROM {self.stage_table} WHERE {empty}").fetchone()[0]
         for role, (column, required) in roles.items():
             if column is None:
                 continue
             self._check(role, column, required)
+        if labels is not None:
+            for role, (column, _) in roles.items():
+                if column is not None and role in _LABEL_ROLES:
+                    self._map_labels(role, column, labels)
         dup = self.con.execute(
             f"SELECT row_no, first FROM (SELECT row_no, min(row_no) OVER (PARTITION BY id) AS first "
             f"FROM {self.stage_table}) WHERE row_no > first ORDER BY row_no LIMIT 1").fetchone()
         if dup:
-            label = "data row" if self.fmt in ("csv", "tsv") else "row"
+            label = {"csv": "data row", "tsv": "data row", "lines": "line"}.get(self.fmt, "row")
             raise self.error(f"repeats the id of {label} {dup[1]}; ids must be unique, fix or remove one of "
                              "the rows", row=dup[0], field=roles["id"][0], role="id")
         return self.stage_table
 
-    def _select(self, role: str, column: str | None) -> list[str]:
-        """SQL for the role's text value, whether its type is acceptable, and the type's name."""
+    def _select(self, role: str, column: str | None, numbers_ok: bool = False) -> list[str]:
+        """SQL for the role's text value, whether its type is acceptable, and the type's name.
+
+        Ids, and with `numbers_ok` (raw labels) other fields too, may be numbers: they become their text."""
+        numbers_ok = numbers_ok or role == "id"
         if column is None:
             text = "CAST(_dpicl_row AS VARCHAR)" if role == "id" else "NULL::VARCHAR"
             return [f"{text} AS {role}", f"TRUE AS {role}_ok", f"NULL::VARCHAR AS {role}_type"]
@@ -271,12 +440,12 @@ class _Source:
         if dtype == "JSON":
             path = _sql_string('$."' + column.replace('"', '\\"') + '"')
             jtype = f"json_type(json_extract(obj, {path}))"
-            allowed = ", ".join(_sql_string(t) for t in (_ID_JSON_TYPES if role == "id" else _TEXT_JSON_TYPES))
+            allowed = ", ".join(_sql_string(t) for t in (_ID_JSON_TYPES if numbers_ok else _TEXT_JSON_TYPES))
             return [f"json_extract_string(obj, {path}) AS {role}",
                     f"({jtype} IS NULL OR {jtype} IN ('NULL', {allowed})) AS {role}_ok",
                     f"{jtype} AS {role}_type"]
         ident = '"' + column.replace('"', '""') + '"'
-        if dtype == "VARCHAR" or (role == "id" and (dtype in _NUMERIC_TYPES or dtype.startswith("DECIMAL"))):
+        if dtype == "VARCHAR" or (numbers_ok and (dtype in _NUMERIC_TYPES or dtype.startswith("DECIMAL"))):
             text, ok = f"CAST({ident} AS VARCHAR)", "TRUE"
         else:  # the wrong type wherever it holds a value
             text, ok = "NULL::VARCHAR", f"{ident} IS NULL"
@@ -287,7 +456,8 @@ class _Source:
                                "ORDER BY row_no LIMIT 1").fetchone()
         if bad:
             found = _TYPE_WORDS.get(bad[1], f"of type {bad[1]}")
-            allowed = "text or a number" if role == "id" else "text"
+            numbers_ok = role == "id" or (self.options.labels is not None and role in _LABEL_ROLES)
+            allowed = "text or a number" if numbers_ok else "text"
             raise self.error(f"is {found}, but it must be {allowed}; write it as a string, "
                              "or fix or remove the row", row=bad[0], field=column, role=role)
         checks = [(f"{role} IS NULL", "has no value; fill it in or remove the row")] if required else []
@@ -299,13 +469,34 @@ class _Source:
             if bad:
                 raise self.error(problem, row=bad[0], field=column, role=role)
 
+    def _map_labels(self, role: str, column: str, labels: dict[str, str]) -> None:
+        """Replace the raw label values of `role` by their names; a value `labels` does not list is an error
+        that names the row, the field and the configured raw values (public), never the value itself."""
+        pairs = ", ".join("(?, ?)" for _ in labels)
+        params = [item for pair in labels.items() for item in pair]
+        mapping = f"(VALUES {pairs}) AS m(raw, label)"
+        bad = self.con.execute(
+            f"SELECT s.row_no FROM {self.stage_table} s WHERE s.{role} IS NOT NULL AND NOT EXISTS "
+            f"(SELECT 1 FROM {mapping} WHERE m.raw = s.{role}) ORDER BY s.row_no LIMIT 1", params).fetchone()
+        if bad:
+            known = ", ".join(f"'{raw}'" for raw in labels)
+            raise self.error(f"is not one of the raw label values in `labels` ({known}); add its value to "
+                             "`labels`, or fix or remove the row", row=bad[0], field=column, role=role)
+        self.con.execute(f"UPDATE {self.stage_table} AS s SET {role} = m.label FROM {mapping} "
+                         f"WHERE s.{role} = m.raw", params)
+
     def drop(self) -> None:
         self.con.execute(f"DROP TABLE IF EXISTS {self.stage_table}")
         self.con.execute(f"DROP TABLE IF EXISTS {self.src}")
+        self.con.execute(f"DROP TABLE IF EXISTS {self.lines}")
 
 
 def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
+
+
+def _sql_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _scan(path: Path, check_utf8: bool) -> str:
@@ -354,8 +545,12 @@ def _locate_json_error(path: Path, fmt: str) -> tuple[int | None, str]:
 
 
 def ingest_source(con: duckdb.DuckDBPyConnection, source, *, replace: bool = False) -> IngestReport:
-    """Ingest one `DataSource` of a config (a private/public dataset or a backlog)."""
+    """Ingest one `DataSource` of a config (a private/public dataset or a backlog), with its read options
+    (`format`, `pattern`, `header`, `labels`)."""
     fields = FieldMap(**source.fields.model_dump())
+    options = dict(format=source.format, pattern=source.pattern, header=source.header, labels=source.labels,
+                   skip_empty=source.skip_empty)
     if source.kind == "queries":
-        return ingest_queries(con, source.path, source.name, fields)
-    return ingest_dataset(con, source.path, source.name, source.kind, source.task, fields, replace=replace)
+        return ingest_queries(con, source.path, source.name, fields, **options)
+    return ingest_dataset(con, source.path, source.name, source.kind, source.task, fields, replace=replace,
+                          **options)

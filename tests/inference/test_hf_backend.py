@@ -1,10 +1,13 @@
-"""The hf backend on the embedded SmolLM2-135M-Instruct: batching, padding, limits, stops, sampling."""
+"""The hf backend on the embedded SmolLM2-135M-Instruct: batching, padding, limits, stops, sampling, and label
+scoring (`label_logprobs`)."""
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from dpicl.inference import Backend, GenerationParams, load_backend
+from dpicl.inference.base import LabelScorer, supports
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 
@@ -119,3 +122,90 @@ def test_count_tokens(backend):
     counts = backend.count_tokens([SHORT, LONG])
     assert 0 < counts[0] < counts[1]
     assert backend.count_tokens([]) == []
+
+
+# ---------------------------------------------------------------- label scoring
+
+SENTIMENT = [" positive", " negative"]
+SHOTS = (
+    "Review: a gorgeous, witty, seductive movie\nSentiment: positive\n\n"
+    "Review: the plot is nothing but boilerplate cliches\nSentiment: negative\n\n"
+    "Review: an absolute joy to watch from start to finish\nSentiment: positive\n\n"
+    "Review: dull, lifeless and painfully slow\nSentiment: negative\n\n"
+)
+
+
+def review(text: str) -> str:
+    return f"{SHOTS}Review: {text}\nSentiment:"
+
+
+def test_backend_supports_label_logprobs(backend):
+    assert supports(backend, "label_logprobs") and isinstance(backend, LabelScorer)
+
+
+def test_label_token_ids(backend):
+    ids = backend.label_token_ids(SENTIMENT)
+    assert backend.tokenizer.convert_ids_to_tokens(ids) == ["\u0120positive", "\u0120negative"]
+    # a multi-token label is scored by its first token
+    assert backend.label_token_ids([" Abbreviation", " Entity"])[0] == backend.label_token_ids([" Ab"])[0]
+
+
+def test_label_token_ids_refuses_labels_sharing_their_first_token(backend):
+    with pytest.raises(ValueError) as err:
+        backend.label_token_ids([" Entity", " Ab", " Abbreviation"])
+    message = str(err.value)
+    assert "' Ab'" in message and "' Abbreviation'" in message and "first token" in message
+
+
+@pytest.mark.parametrize("labels", [[" positive", ""], []])
+def test_label_token_ids_refuses_empty(backend, labels):
+    with pytest.raises(ValueError, match="empty|no continuations"):
+        backend.label_token_ids(labels)
+
+
+def test_label_logprobs_types_and_empty(backend):
+    with pytest.raises(TypeError):
+        backend.label_logprobs("a bare string", SENTIMENT)
+    with pytest.raises(TypeError):
+        backend.label_logprobs([SHORT], " positive")
+    empty = backend.label_logprobs([], SENTIMENT)
+    assert empty.shape == (0, 2)
+
+
+def test_label_logprobs_equal_a_direct_unbatched_forward(backend):
+    import torch
+
+    prompts = [review("a wonderful, moving film"), SHORT, LIST]
+    labels = [" positive", " negative", " Paris", " 3"]
+    scores = backend.label_logprobs(prompts, labels)
+    assert scores.shape == (3, 4) and scores.dtype == np.float64
+    label_ids = [backend.tokenizer(text, add_special_tokens=False).input_ids[0] for text in labels]
+    for prompt, row in zip(prompts, scores, strict=True):
+        ids = torch.tensor([backend.tokenizer(prompt).input_ids])
+        with torch.inference_mode():
+            logits = backend.model(input_ids=ids).logits[0, -1].float()
+        expected = torch.log_softmax(logits, dim=-1)[label_ids].numpy()
+        np.testing.assert_allclose(row, expected, atol=1e-4, rtol=0)
+    assert (scores < 0).all()
+
+
+def test_label_logprobs_do_not_depend_on_batch_or_order(backend):
+    prompts = [SHORT, review("a wonderful, moving film"), LIST, MEDIUM, LONG]
+    alone = np.vstack([backend.label_logprobs([p], SENTIMENT) for p in prompts])
+    together = backend.label_logprobs(prompts, SENTIMENT)  # SHORT is left-padded next to longer prompts
+    np.testing.assert_allclose(together, alone, atol=1e-4, rtol=0)
+    backend.batch_size = 2  # three micro-batches, each padded to its own longest prompt
+    try:
+        reordered = backend.label_logprobs(prompts[::-1], SENTIMENT[::-1])
+    finally:
+        backend.batch_size = 16
+    np.testing.assert_allclose(reordered, alone[::-1, ::-1], atol=1e-4, rtol=0)
+
+
+def test_label_logprobs_sentiment_sanity(backend):
+    # Holds with a wide margin for SmolLM2-135M (about 3.3 nats for the positive review, 0.9 for the negative).
+    positive, negative = backend.label_logprobs(
+        [review("a wonderful, moving film"), review("a boring, stupid and terrible mess")], SENTIMENT)
+    assert positive[0] > positive[1]
+    assert negative[1] > negative[0]
+    assert positive[0] - positive[1] > negative[0] - negative[1] + 2

@@ -3,7 +3,15 @@
 import pytest
 
 from dpicl.inference import BACKENDS, GenerationParams, load_backend, postprocess
-from dpicl.inference.base import has_stop
+from dpicl.inference.base import (
+    CAPABILITIES,
+    Backend,
+    LabelScorer,
+    UnsupportedCapabilityError,
+    has_stop,
+    require,
+    supports,
+)
 
 
 @pytest.mark.parametrize(
@@ -74,3 +82,44 @@ def test_load_backend_unknown_name_lists_available():
     with pytest.raises(ValueError) as err:
         load_backend("nope")
     assert all(name in str(err.value) for name in BACKENDS)
+
+
+class _GenerateOnly:
+    name = "fake"
+
+    def generate(self, prompts, params, *, progress=False):
+        return ["" for _ in prompts]
+
+    def close(self):
+        pass
+
+
+class _Scoring(_GenerateOnly):
+    def label_logprobs(self, prompts, continuations, *, progress=False):
+        import numpy as np
+
+        return np.zeros((len(prompts), len(continuations)))
+
+
+def test_label_logprobs_is_an_optional_capability():
+    plain, scoring = _GenerateOnly(), _Scoring()
+    assert isinstance(plain, Backend) and isinstance(scoring, Backend)
+    assert "label_logprobs" in CAPABILITIES
+    assert not supports(plain, "label_logprobs") and not isinstance(plain, LabelScorer)
+    assert supports(scoring, "label_logprobs") and isinstance(scoring, LabelScorer)
+    require(scoring, "label_logprobs")
+    with pytest.raises(UnsupportedCapabilityError) as err:
+        require(plain, "label_logprobs")
+    assert "'fake'" in str(err.value) and "label_logprobs" in str(err.value) and "classification" in str(err.value)
+    assert isinstance(err.value, TypeError)
+
+
+def test_supports_rejects_unknown_capability():
+    with pytest.raises(ValueError, match="label_logprobs"):
+        supports(_Scoring(), "logprobs")
+
+
+def test_non_callable_attribute_is_not_a_capability():
+    backend = _GenerateOnly()
+    backend.label_logprobs = None
+    assert not supports(backend, "label_logprobs")

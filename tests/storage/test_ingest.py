@@ -3,6 +3,7 @@ all-or-nothing transactions, replace and append semantics."""
 
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -297,3 +298,284 @@ def test_duplicate_query_ids_in_one_file(con, tmp_path):
     with pytest.raises(IngestError, match="row 1") as caught:
         ingest_queries(con, path, "bl", FieldMap(id="id", input="q"))
     assert (caught.value.row, caught.value.field) == (2, "id")
+
+
+# ---------------------------------------------------------------- read options: lines, header, labels
+
+SST2_PATTERN = r"^(?P<label>[01]) (?P<text>.+)$"
+SST2_LABELS = {"0": "negative", "1": "positive"}
+TEXT_LABEL = FieldMap(input="text", output="label")
+
+
+def records(con, name):
+    return [tuple(r) for r in load_records(con, name)]
+
+
+def test_lines_with_pattern_and_labels(con, tmp_path):
+    path = write(tmp_path, "sst.train", "1 a stirring , funny film\n0 dull and flat .\n1 ok: 1 0 fine\n\n\n")
+    report = ingest_dataset(con, path, "sst", "private", "classification", TEXT_LABEL, format="lines",
+                            pattern=SST2_PATTERN, labels=SST2_LABELS)
+    assert report.rows_added == 3  # the blank lines at the end are skipped
+    assert records(con, "sst") == [("1", "a stirring , funny film", "positive"), ("2", "dull and flat .", "negative"),
+                                   ("3", "ok: 1 0 fine", "positive")]
+    assert get_dataset(con, "sst")["field_map"] == {
+        "id": None, "input": "text", "output": "label", "reference": None, "format": "lines",
+        "pattern": SST2_PATTERN, "labels": SST2_LABELS}
+
+
+def test_lines_crlf_bom_no_final_newline_and_unicode(con, tmp_path):
+    path = write(tmp_path, "d.txt", "\ufeff1 caf\u00e9 \u2014 ok\r\n0 na\u00efve\r\n1 last")
+    ingest_dataset(con, path, "d", "private", "qa", TEXT_LABEL, format="lines", pattern=SST2_PATTERN)
+    assert records(con, "d") == [("1", "caf\u00e9 \u2014 ok", "1"), ("2", "na\u00efve", "0"), ("3", "last", "1")]
+
+
+def test_lines_unnamed_groups_do_not_shift_the_named_ones(con, tmp_path):
+    # DuckDB's regexp_extract names groups by position: unnamed groups must keep their place
+    path = write(tmp_path, "trec.txt", "7\tDESC:manner How did it go ?\n9\tHUM:ind Who was he ?\n")
+    pattern = r"(\d+)\t(?P<label>[A-Z]+):(\S+) (?P<text>.+)"
+    ingest_dataset(con, path, "t", "private", "qa", TEXT_LABEL, format="lines", pattern=pattern,
+                   labels={"DESC": "Description", "HUM": "Person"})
+    assert records(con, "t") == [("1", "How did it go ?", "Description"), ("2", "Who was he ?", "Person")]
+
+
+def test_lines_pattern_must_match_the_whole_line(con, tmp_path):
+    # a lazy group still spans the whole line: the pattern is anchored at both ends
+    path = write(tmp_path, "d.txt", "1 several words here\n")
+    ingest_dataset(con, path, "d", "private", "qa", TEXT_LABEL, format="lines",
+                   pattern=r"(?P<label>[01]) (?P<text>.+?)")
+    assert records(con, "d") == [("1", "several words here", "1")]
+
+
+def test_lines_id_group(con, tmp_path):
+    path = write(tmp_path, "d.txt", "a7|x|positive\nb2|y|negative\n")
+    ingest_dataset(con, path, "d", "public", "qa", FieldMap(id="key", input="q", output="a"), format="lines",
+                   pattern=r"(?P<key>\w+)\|(?P<q>[^|]+)\|(?P<a>.+)")
+    assert records(con, "d") == [("a7", "x", "positive"), ("b2", "y", "negative")]
+
+
+def test_headerless_csv_columns_are_numbered(con, tmp_path):
+    path = write(tmp_path, "train.csv", '"World news, today",0\n"Match report",1\n"Chips ""fast""\nagain",3\n')
+    fields = FieldMap(input="column1", output="column2")
+    labels = {"0": "World", "1": "Sports", "2": "Business", "3": "Technology"}
+    ingest_dataset(con, path, "ag", "private", "classification", fields, header=False, labels=labels)
+    assert records(con, "ag") == [("1", "World news, today", "World"), ("2", "Match report", "Sports"),
+                                  ("3", 'Chips "fast"\nagain', "Technology")]
+    assert get_dataset(con, "ag")["field_map"]["header"] is False
+
+    tsv = write(tmp_path, "d.tsv", "q one\tyes\nq two\tno\n")
+    ingest_dataset(con, tsv, "t", "private", "qa", fields, header=False)
+    assert records(con, "t") == [("1", "q one", "yes"), ("2", "q two", "no")]
+
+
+def test_headerless_csv_unknown_column_lists_numbered_columns(con, tmp_path):
+    path = write(tmp_path, "d.csv", f"{SECRET},0\n")
+    with pytest.raises(IngestError) as caught:
+        ingest_dataset(con, path, "d", "private", "qa", FieldMap(input="text", output="column2"), header=False)
+    assert caught.value.field == "text" and "column1, column2" in str(caught.value)
+    assert SECRET not in full_text(caught.value)
+
+
+def test_labels_accept_integer_json_and_parquet_values(con, tmp_path):
+    rows = [{"text": "a", "label": 1}, {"text": "b", "label": "0"}]
+    ingest_dataset(con, write(tmp_path, "d.jsonl", jsonl(rows)), "j", "private", "qa", TEXT_LABEL,
+                   labels=SST2_LABELS)
+    assert records(con, "j") == [("1", "a", "positive"), ("2", "b", "negative")]
+    path = tmp_path / "d.parquet"
+    con.execute(f"COPY (SELECT * FROM (VALUES ('a', 1), ('b', 0)) t(text, label)) TO '{path}' (FORMAT parquet)")
+    ingest_dataset(con, path, "p", "private", "qa", TEXT_LABEL, labels=SST2_LABELS)
+    assert records(con, "p") == [("1", "a", "positive"), ("2", "b", "negative")]
+    # without labels a number is still not an output
+    with pytest.raises(IngestError, match="must be text"):
+        ingest_dataset(con, write(tmp_path, "n.jsonl", jsonl(rows)), "n", "private", "qa", TEXT_LABEL)
+
+
+def test_labels_apply_to_the_reference_of_a_queries_backlog(con, tmp_path):
+    path = write(tmp_path, "test.txt", "DESC:manner How ?\nNUM:date When ?\nDESC:def What ?")
+    fields = FieldMap(input="text", output=None, reference="label")
+    report = ingest_queries(con, path, "trec", fields, format="lines", pattern=r"(?P<label>[A-Z]+):\S+ (?P<text>.+)",
+                            labels={"DESC": "Description", "NUM": "Number"})
+    assert report.rows_added == 3
+    queries = get_queries(con, "trec", ["1", "2", "3"])
+    assert [tuple(queries[i])[1:3] for i in ("1", "2", "3")] == [
+        ("How ?", "Description"), ("When ?", "Number"), ("What ?", "Description")]
+    # a missing reference stays missing
+    ingest_queries(con, write(tmp_path, "b.jsonl", jsonl([{"text": "q", "label": None}, {"text": "r", "label": 0}])),
+                   "bl", fields, labels=SST2_LABELS)
+    queries = get_queries(con, "bl", ["1", "2"])
+    assert tuple(queries["1"])[2] is None and tuple(queries["2"])[2] == "negative"
+
+
+def test_ingest_source_passes_the_read_options(con, tmp_path):
+    from dpicl.config import DataSource
+    from dpicl.storage.ingest import ingest_source
+
+    path = write(tmp_path, "stsa.binary.dev", "1 good\n0 bad\n")
+    source = DataSource(name="sst", path=str(path), kind="private", task="classification",
+                        fields={"input": "text", "output": "label"}, format="lines", pattern=SST2_PATTERN,
+                        labels=SST2_LABELS)
+    assert ingest_source(con, source).rows_added == 2
+    assert records(con, "sst") == [("1", "good", "positive"), ("2", "bad", "negative")]
+    csv_path = write(tmp_path, "test.csv", "q1,1\nq2,0\n")
+    queries = DataSource(name="bl", path=str(csv_path), kind="queries",
+                         fields={"input": "column1", "output": None, "reference": "column2"}, header=False,
+                         labels=SST2_LABELS)
+    assert ingest_source(con, queries).rows_added == 2
+    assert tuple(get_queries(con, "bl", ["2"])["2"])[1:3] == ("q2", "negative")
+
+
+def option_case(name, content, *, options, row=None, field=None, line=None, fields=TEXT_LABEL, words=(),
+                queries=False):
+    return pytest.param(name, content, options, row, field, line, fields, words, queries, id=name)
+
+
+LINES = {"format": "lines", "pattern": SST2_PATTERN}
+OPTION_ERRORS = [
+    option_case("bad_pattern.txt", f"1 {SECRET}\n",
+                options={"format": "lines", "pattern": r"(?P<label>[01] (?P<text>.+)"},
+                words=("not a valid regular expression", "missing )", "fix the pattern")),
+    option_case("bad_group_name.txt", f"1 {SECRET}\n", options={"format": "lines", "pattern": r"(?P<1x>.+)"},
+                words=("not a valid regular expression",)),
+    option_case("no_named_groups.txt", f"1 {SECRET}\n", options={"format": "lines", "pattern": r"^([01]) (.+)$"},
+                words=("no named groups", "(?P<name>...)")),
+    option_case("lookahead.txt", f"1 {SECRET}\n",
+                options={"format": "lines", "pattern": r"(?P<label>[01]) (?=\w)(?P<text>.+)"},
+                words=("RE2", "lookarounds")),
+    option_case("no_pattern.txt", f"1 {SECRET}\n", options={"format": "lines"}, words=("needs a pattern",)),
+    option_case("pattern_without_lines.jsonl", jsonl([{"text": SECRET, "label": "1"}]),
+                options={"pattern": SST2_PATTERN}, words=("format: lines",)),
+    option_case("header_on_json.jsonl", jsonl([{"text": SECRET, "label": "1"}]), options={"header": False},
+                words=("header: false", "CSV and TSV")),
+    option_case("header_on_lines.txt", f"1 {SECRET}\n", options={**LINES, "header": False},
+                words=("header: false",)),
+    option_case("unknown_format.txt", f"1 {SECRET}\n", options={"format": "xml"}, words=("unknown format", "lines")),
+    option_case("empty_labels.txt", f"1 {SECRET}\n", options={**LINES, "labels": {}}, words=("at least one",)),
+    option_case("blank_label_name.txt", f"1 {SECRET}\n", options={**LINES, "labels": {"0": "neg", "1": " "}},
+                words=("raw value '1' is empty",)),
+    option_case("labels_without_output.txt", f"1 {SECRET}\n", options={**LINES, "labels": SST2_LABELS},
+                fields=FieldMap(input="text", output=None), words=("no output field", "--field output=<column>")),
+    option_case("labels_without_reference.txt", f"1 {SECRET}\n", options={**LINES, "labels": SST2_LABELS},
+                fields=FieldMap(input="text", output=None), queries=True, words=("no reference field",)),
+    # the file itself
+    option_case("not_matching.txt", f"1 good\n0 bad\n2 {SECRET}\n1 fine\n", options=LINES, row=3, line=3,
+                words=("line 3:", "does not match the pattern")),
+    option_case("not_matching_tab.txt", f"1 good\n1\t{SECRET}\n", options=LINES, row=2, line=2,
+                words=("does not match",)),
+    option_case("blank_in_middle.txt", f"1 good\n\n0 {SECRET}\n", options=LINES, row=2, line=2,
+                words=("line 2", "is blank", "remove it")),
+    option_case("whitespace_in_middle.txt", f"1 good\n  \t\n0 {SECRET}\n", options=LINES, row=2, line=2,
+                words=("is blank",)),
+    option_case("only_blank.txt", "\n \n\n", options=LINES, words=("no data rows",)),
+    option_case("unknown_label.txt", f"1 good\n0 bad\n{SECRET} oops\n",
+                options={"format": "lines", "pattern": r"(?P<label>\S+) (?P<text>.+)", "labels": SST2_LABELS},
+                row=3, line=3, field="label", words=("line 3, field 'label' (output)", "'0', '1'", "`labels`")),
+    option_case("unknown_label.jsonl", jsonl([{"text": "a", "label": "1"}, {"text": "b", "label": SECRET}]),
+                options={"labels": SST2_LABELS}, row=2, field="label", words=("row 2", "'0', '1'")),
+    option_case("unknown_number_label.jsonl", jsonl([{"text": SECRET, "label": 987654321}]),
+                options={"labels": SST2_LABELS}, row=1, field="label", words=("'0', '1'",)),
+    option_case("bool_label.jsonl", jsonl([{"text": SECRET, "label": True}]), options={"labels": SST2_LABELS},
+                row=1, field="label", words=("true/false", "text or a number")),
+    option_case("unknown_label.csv", f"a,1\n{SECRET},2\n", options={"header": False, "labels": SST2_LABELS},
+                fields=FieldMap(input="column1", output="column2"), row=2, field="column2",
+                words=("data row 2", "field 'column2' (output)")),
+    option_case("unknown_reference.csv", f"a,1\n{SECRET},{SECRET}\n", options={"header": False, "labels": SST2_LABELS},
+                fields=FieldMap(input="column1", output=None, reference="column2"), row=2, field="column2",
+                queries=True, words=("field 'column2' (reference)",)),
+    option_case("missing_group.txt", f"1 {SECRET}\n", options=LINES, fields=FieldMap(input="sentence", output="label"),
+                field="sentence", words=("its columns are label, text", "--field input=<column>")),
+    option_case("empty_group.txt", f"1 good\n0 \n1 {SECRET}\n",
+                options={"format": "lines", "pattern": r"(?P<label>[01]) (?P<text>.*)"}, row=2, line=2,
+                field="text", words=("line 2, field 'text' (input)", "empty")),
+    option_case("duplicate_id.txt", f"k1 a\nk2 b\nk1 {SECRET}\n",
+                options={"format": "lines", "pattern": r"(?P<key>\S+) (?P<text>.+)"}, row=3, line=3, field="key",
+                fields=FieldMap(id="key", input="text", output=None), words=("repeats the id of line 1",)),
+    option_case("ragged_headerless.csv", f"a,1\nb,0,{SECRET}\n", options={"header": False},
+                fields=FieldMap(input="column1", output="column2"), line=2, words=("too many columns",)),
+]
+
+
+@pytest.mark.parametrize("name, content, options, row, field, line, fields, words, queries", OPTION_ERRORS)
+def test_read_option_errors_are_precise_and_never_quote_the_file(con, tmp_path, name, content, options, row,
+                                                                 field, line, fields, words, queries):
+    path = write(tmp_path, name, content)
+    before = snapshot(con)
+    with pytest.raises(IngestError) as caught:
+        if queries:
+            ingest_queries(con, path, "bl", fields, **options)
+        else:
+            ingest_dataset(con, path, "d", "private", "qa", fields, **options)
+    error = caught.value
+    assert (error.path, error.row, error.field, error.line) == (path, row, field, line)
+    message = str(error)
+    assert message.startswith(str(path))
+    for word in words:
+        assert word in message
+    assert SECRET not in full_text(error) and "987654321" not in full_text(error)
+    assert snapshot(con) == before
+    assert temp_tables(con) == []
+
+
+# ---------------------------------------------------------------- the real benchmark files (read-only)
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+AGNEWS_LABELS = {"0": "World", "1": "Sports", "2": "Business", "3": "Technology"}
+TREC_LABELS = {"ABBR": "Abbreviation", "DESC": "Description", "ENTY": "Entity", "HUM": "Person",
+               "LOC": "Location", "NUM": "Number"}
+
+
+def test_real_benchmark_files(con):  # about 1 s
+    if not DATA.is_dir():
+        pytest.skip(f"benchmark data not found at {DATA.resolve()} (shared/data beside the project)")
+    label_fields = FieldMap(input="text", output="label")
+    cases = [
+        ("sst2", DATA / "sst2" / "stsa.binary.train", label_fields,
+         dict(format="lines", pattern=SST2_PATTERN, labels=SST2_LABELS), 6920, set(SST2_LABELS.values())),
+        ("trec", DATA / "trec" / "train.txt", label_fields,
+         dict(format="lines", pattern=r"^(?P<label>[A-Z]+):\S+ (?P<text>.+)$", labels=TREC_LABELS), 5452,
+         set(TREC_LABELS.values())),
+        ("agnews", DATA / "agnews" / "subset" / "train.csv", FieldMap(input="column1", output="column2"),
+         dict(header=False, labels=AGNEWS_LABELS), 5000, set(AGNEWS_LABELS.values())),
+        ("samsum", DATA / "samsum" / "val.json", FieldMap(id="id", input="dialogue", output="summary"),
+         {}, 818, None),
+    ]
+    for name, path, fields, options, n, label_set in cases:
+        report = ingest_dataset(con, path, name, "private", "classification", fields, **options)
+        assert report.rows_added == n, name
+        rows = load_records(con, name)
+        assert len(rows) == n and all(row[1] for row in rows), name
+        if label_set is not None:
+            assert {row[2] for row in rows} == label_set, name
+            assert [row[0] for row in rows[:3]] == ["1", "2", "3"]
+    # SAMSum train.json has 14,732 records, but record 6055 (id 13828807) has an empty dialogue: refused whole,
+    # with the row and field and no value
+    samsum = DATA / "samsum" / "train.json"
+    assert len(json.loads(samsum.read_text(encoding="utf-8"))) == 14732
+    with pytest.raises(IngestError, match="is empty") as caught:
+        ingest_dataset(con, samsum, "samsum-train", "private", "summarization",
+                       FieldMap(id="id", input="dialogue", output="summary"))
+    assert (caught.value.row, caught.value.field) == (6055, "dialogue")
+    assert "13828807" not in str(caught.value)
+    # spot checks against the files themselves
+    first_sst = (DATA / "sst2" / "stsa.binary.train").read_text(encoding="utf-8").split("\n")[0]
+    assert tuple(load_records(con, "sst2")[0])[1:] == (first_sst[2:], SST2_LABELS[first_sst[0]])
+    last_trec = (DATA / "trec" / "train.txt").read_text(encoding="utf-8").split("\n")[-1]
+    coarse, rest = last_trec.split(":", 1)
+    assert tuple(load_records(con, "trec")[-1]) == ("5452", rest.split(" ", 1)[1], TREC_LABELS[coarse])
+    label_map = json.loads((DATA / "agnews" / "subset" / "label_map.json").read_text())["hf_ag_news_label"]
+    assert {raw: ("Technology" if name == "Sci/Tech" else name) for raw, name in label_map.items()} == AGNEWS_LABELS
+
+
+def test_skip_empty_leaves_out_rows_with_an_empty_input_or_output_and_counts_them(tmp_path):
+    from dpicl.storage.db import connect
+    from dpicl.storage.ingest import FieldMap, IngestError, ingest_dataset
+
+    rows = [{"id": "a", "x": "one", "y": "1"}, {"id": "b", "x": "", "y": "2"}, {"id": "c", "x": "three", "y": ""},
+            {"id": "d", "x": "four", "y": "4"}]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    con = connect(tmp_path / "db.duckdb")
+    fields = FieldMap(id="id", input="x", output="y")
+    with pytest.raises(IngestError, match="row 2, field 'x'.*is empty"):
+        ingest_dataset(con, path, "strict", "private", "summarization", fields)
+    report = ingest_dataset(con, path, "lenient", "private", "summarization", fields, skip_empty=True)
+    assert (report.rows_added, report.rows_skipped) == (2, 2)
+    assert [r for (r,) in con.execute("SELECT record_id FROM records WHERE dataset = 'lenient' ORDER BY 1").fetchall()] == ["a", "d"]

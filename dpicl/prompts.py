@@ -21,3 +21,10 @@ def render_prompt(task: TaskConfig, demonstrations: Sequence[tuple[str, str]], q
 def zero_shot_prompt(task: TaskConfig, query: str) -> str:
     """The public prompt: no private data, so its outputs are public candidates."""
     return render_prompt(task, (), query)
+
+
+def keyword_prompt(task: TaskConfig, keyword_template: str, query: str, keywords: Sequence[str]) -> str:
+    """KSA's reconstruction prompt (paper 001 App D.2.2): the zero-shot prompt with the DP keywords as hints."""
+    parts = [task.instruction] if task.instruction else []
+    parts.append(keyword_template.format(input=query, keywords=", ".join(keywords)))
+    return task.separator.join(parts)

@@ -1,6 +1,8 @@
-"""Flow `answer_backlog`: drain a query backlog with a DP in-context-learning method (ESA).
+"""Flow `answer_backlog`: drain a query backlog with a DP in-context-learning method (esa, rnm, ksa-jem,
+ksa-ptr; the config's `method`).
 
-Reads like DESIGN.md's pipeline: sample → prompt → infer → embed → aggregate (pay, then draw) → release.
+Reads like DESIGN.md's pipeline: sample → prompt → infer → [embed, ESA only] → aggregate (pay, then draw)
+→ release.
 Tasks pass artifact keys; private text stays in DuckDB.
 """
 
@@ -31,14 +33,15 @@ def answer_backlog(config: str = "demo", db: str | None = None, max_queries: int
         pending = pending_queries(con, cfg.backlog, limit=max_queries)
 
     run = open_run(config_path, db_path)
-    nm, rate = run["noise_multiplier"], run["sampling_rate"]
+    run_id, plan = run["run_id"], run["plan"]
     released: list[dict] = []
     for start in range(0, len(pending), cfg.batch_queries):
         batch = pending[start:start + cfg.batch_queries]
-        samples = sample(config_path, db_path, run["run_id"], batch, run["event_json"])
-        prompts = prompt(config_path, db_path, run["run_id"], samples)
-        outputs = infer(config_path, db_path, run["run_id"], prompts)
-        embeddings = embed(config_path, db_path, run["run_id"], outputs)
-        aggregates = aggregate(config_path, db_path, run["run_id"], embeddings, nm, rate)
-        released += release(config_path, db_path, run["run_id"], aggregates, embeddings, nm, rate)
+        samples = sample(config_path, db_path, run_id, batch, run["event_json"])
+        prompts = prompt(config_path, db_path, run_id, samples)
+        features = infer(config_path, db_path, run_id, prompts)
+        if cfg.method.name == "esa":
+            features = embed(config_path, db_path, run_id, features)
+        aggregates = aggregate(config_path, db_path, run_id, features, plan, run["event_json"])
+        released += release(config_path, db_path, run_id, aggregates, features, plan)
     return publish(config_path, db_path, run, pending, released)

@@ -1,12 +1,23 @@
-"""Stage 5 — aggregate: pay first, then draw. For each query the ESA event is reserved in the ledger
-(committed), and only then is the Gaussian noise drawn on the sum of teacher embeddings (paper 001 Alg 3,
-Δ = 2). A query the budget cannot pay for is refused and no noise is drawn."""
+"""Stage 5 — aggregate: pay first, then draw. For each query the method's privacy event is reserved in the
+ledger (committed), and only then is the noise drawn; a query the budget cannot pay for is refused and no
+noise is drawn. The output of this stage is already differentially private:
+
+* esa: the noisy mean of the teachers' answer embeddings (paper 001 Alg 3, Δ = 2);
+* rnm: the noisy-argmax label of the teachers' votes (Alg 2, Δ = √2);
+* ksa-jem: k ranked keywords from the words of the public zero-shot prompt (joint EM, Δ = 2);
+* ksa-ptr: the certified top keyword set, or None when the PTR test fails (App A.3.2).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from prefect import get_run_logger, task
 
-from dpicl.privacy.mechanisms import esa
+from dpicl.config import Config
+from dpicl.keywords import keywords
+from dpicl.privacy.mechanisms import esa, joint_em, ksa_ptr, rnm
 from dpicl.storage import set_query_status
 from dpicl.storage.artifacts import artifact_key, get_artifacts, put_artifact
 from dpicl.storage.ledger import reserve
@@ -14,30 +25,61 @@ from dpicl.tasks import context
 from dpicl.tasks.common import STAGE, rng_for
 
 
+def _esa(cfg: Config, plan: dict, inputs: dict[str, Any], rng) -> Any:
+    return esa.noisy_mean(inputs["teachers"], plan["noise_multiplier"], rng)
+
+
+def _rnm(cfg: Config, plan: dict, inputs: dict[str, Any], rng) -> Any:
+    return {"label": rnm.run(inputs["teacher_votes"], len(cfg.task.labels), plan["noise_multiplier"], rng)}
+
+
+def _ksa_jem(cfg: Config, plan: dict, inputs: dict[str, Any], rng) -> Any:
+    domain = keywords(inputs["zero_shot"])  # public: words of the query's zero-shot prompt
+    counts = joint_em.histogram_on_domain([keywords(t) for t in inputs["teacher_outputs"]], domain)
+    return {"keywords": joint_em.select_keywords(domain, counts, cfg.method.k, plan["epsilon_em"], rng)}
+
+
+def _ksa_ptr(cfg: Config, plan: dict, inputs: dict[str, Any], rng) -> Any:
+    tokens, counts = ksa_ptr.histogram([keywords(t) for t in inputs["teacher_outputs"]])
+    chosen = ksa_ptr.release_set(tokens, counts, plan["epsilon_em"], plan["noise_multiplier"], plan["delta0"], rng,
+                                 k_max=cfg.method.k_max)
+    return {"keywords": chosen}
+
+
+# method -> (its inputs among the stage keys, the DP aggregate of one query)
+AGGREGATORS: dict[str, tuple[tuple[str, ...], Callable[..., Any]]] = {
+    "esa": (("teachers",), _esa),
+    "rnm": (("teacher_votes",), _rnm),
+    "ksa-jem": (("teacher_outputs", "zero_shot"), _ksa_jem),
+    "ksa-ptr": (("teacher_outputs",), _ksa_ptr),
+}
+
+
 @task(name="aggregate", **STAGE)
 def aggregate(
-    config_path: str, db_path: str, run_id: str, embeddings: dict[str, dict[str, str]], noise_multiplier: float,
-    sampling_rate: float,
+    config_path: str, db_path: str, run_id: str, features: dict[str, dict[str, str]], plan: dict, event_json: str,
 ) -> dict[str, dict]:
     """Returns {query id: {"aggregate": key, "entry_id", "epsilon_before", "epsilon_after"}} for paid queries."""
     cfg = context.config(config_path)
-    event_json = esa.cost(noise_multiplier, sampling_rate).to_json()
+    method = cfg.method.name
+    needed, noisy_aggregate = AGGREGATORS[method]
     out: dict[str, dict] = {}
     refused: list[str] = []
     with context.database(db_path) as con:
-        vectors = get_artifacts(con, [e["teachers"] for e in embeddings.values()])
-        for query_id, keys in embeddings.items():
+        payloads = get_artifacts(con, [keys[name] for keys in features.values() for name in needed])
+        for query_id, keys in features.items():
             reservation = reserve(
                 con, dataset=cfg.private_dataset, run_id=run_id, backlog=cfg.backlog, query_id=query_id,
-                mechanism="esa", event_json=event_json, epsilon_of=context.epsilon_of,
+                mechanism=method, event_json=event_json, epsilon_of=context.epsilon_of,
             )
             if reservation is None:
                 refused.append(query_id)
                 continue
-            noisy = esa.noisy_mean(vectors[keys["teachers"]], noise_multiplier, rng_for(cfg, run_id, "noise", query_id))
+            inputs = {name: payloads[keys[name]] for name in needed}
+            result = noisy_aggregate(cfg, plan, inputs, rng_for(cfg, run_id, "noise", query_id))
             key = put_artifact(
-                con, artifact_key("aggregate", [keys["teachers"]], {"entry_id": reservation.entry_id}),
-                "aggregate", cfg.backlog, query_id, noisy, private=True, run_id=run_id,
+                con, artifact_key("aggregate", [keys[n] for n in needed], {"entry_id": reservation.entry_id}),
+                "aggregate", cfg.backlog, query_id, result, private=True, run_id=run_id,
             )
             out[query_id] = {
                 "aggregate": key,

@@ -17,7 +17,7 @@ def embed(config_path: str, db_path: str, run_id: str, outputs: dict[str, dict[s
     cfg = context.config(config_path)
     params = cfg.embedding.model_dump()
     with context.database(db_path) as con:
-        texts = get_artifacts(con, [k for o in outputs.values() for k in o.values()])
+        texts = get_artifacts(con, [o[k] for o in outputs.values() for k in ("teacher_outputs", "candidates")])
         keys = {
             q: {
                 "teachers": artifact_key("teacher_embeddings", [o["teacher_outputs"]], params),

@@ -1,63 +1,89 @@
-"""Stage 3 — infer: all teacher prompts of a batch of queries in one backend call (greedy), and the
-public zero-shot candidates (sampled), which are cached by content key across runs."""
+"""Stage 3 — infer: every teacher prompt of a batch of queries in one backend call.
+
+Text methods (esa, ksa-*) generate greedily; classification (rnm) scores the label tokens after each prompt and
+each teacher votes for its most likely label. ESA also samples public zero-shot candidates, cached by content
+key across runs.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 
+import numpy as np
 from prefect import get_run_logger, task
 
+from dpicl.config import Config
 from dpicl.inference.base import GenerationParams
 from dpicl.storage.artifacts import artifact_key, get_artifacts, has_artifact, put_artifact
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
 
 
+def greedy_params(cfg: Config) -> GenerationParams:
+    gen = cfg.generation
+    return GenerationParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p,
+                            stop=tuple(gen.stop))
+
+
+def label_votes(backend, prompts: list[str], cfg: Config) -> list[int]:
+    """Each prompt's most likely label (index into task.labels) by the next-token log-probabilities."""
+    if not hasattr(backend, "label_logprobs"):
+        raise TypeError(f"the {backend.name!r} backend cannot score label tokens; classification tasks need "
+                        "a backend with label_logprobs (the hf backend has it)")
+    if not prompts:
+        return []
+    scores = backend.label_logprobs(prompts, [cfg.task.label_prefix + label for label in cfg.task.labels],
+                                    progress=True)
+    return np.argmax(np.asarray(scores), axis=1).astype(int).tolist()
+
+
 @task(name="infer", **STAGE)
 def infer(config_path: str, db_path: str, run_id: str, prompts: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-    """Returns {query id: {"teacher_outputs": key, "candidates": key}}."""
+    """Returns {query id: {"teacher_outputs" | "teacher_votes": key, ["candidates": key], "zero_shot": key}}."""
     cfg = context.config(config_path)
-    gen = cfg.generation
-    teacher_params = GenerationParams(
-        max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p, stop=tuple(gen.stop)
-    )
-    candidate_params = GenerationParams(
-        max_new_tokens=gen.max_new_tokens,
-        temperature=cfg.method.candidate_temperature,
-        top_p=cfg.method.candidate_top_p,
-        stop=tuple(gen.stop),
-    )
-    model_id = cfg.model.model_dump()
+    classify = cfg.task.type == "classification"
+    stage = "teacher_votes" if classify else "teacher_outputs"
+    params = {"model": cfg.model.model_dump(),
+              "task": cfg.task.model_dump() if classify else cfg.generation.model_dump()}
     with context.database(db_path) as con:
-        texts = get_artifacts(con, [k for p in prompts.values() for k in p.values()])
+        texts = get_artifacts(con, [p["teachers"] for p in prompts.values()])
+        flat = [t for p in prompts.values() for t in texts[p["teachers"]]]
+        backend = context.backend(cfg)
+        outputs = label_votes(backend, flat, cfg) if classify else backend.generate(flat, greedy_params(cfg),
+                                                                                     progress=True)
         keys: dict[str, dict[str, str]] = {}
-        flat: list[str] = []
-        for query_id, p in prompts.items():
-            out_key = artifact_key("teacher_outputs", [p["teachers"]], {"model": model_id, "gen": gen.model_dump()})
-            cand_key = artifact_key(
-                "candidates", [p["zero_shot"]],
-                {"model": model_id, "params": asdict(candidate_params), "n": cfg.method.candidates},
-            )
-            keys[query_id] = {"teacher_outputs": out_key, "candidates": cand_key}
-            flat += texts[p["teachers"]]
-
-        outputs = context.backend(cfg).generate(flat, teacher_params, progress=True) if flat else []
         start = 0
         for query_id, p in prompts.items():
             n = len(texts[p["teachers"]])
-            put_artifact(con, keys[query_id]["teacher_outputs"], "teacher_outputs", cfg.backlog, query_id,
-                         outputs[start:start + n], private=True, run_id=run_id)
+            key = artifact_key(stage, [p["teachers"]], params)
+            put_artifact(con, key, stage, cfg.backlog, query_id, outputs[start:start + n], private=True, run_id=run_id)
+            keys[query_id] = {stage: key, "zero_shot": p["zero_shot"]}
             start += n
-
-        todo = [q for q in prompts if not has_artifact(con, keys[q]["candidates"])]
-        zero_shot = [texts[prompts[q]["zero_shot"]] for q in todo for _ in range(cfg.method.candidates)]
-        sampled = context.backend(cfg).generate(zero_shot, candidate_params, progress=True) if zero_shot else []
-        c = cfg.method.candidates
-        for i, query_id in enumerate(todo):
-            put_artifact(con, keys[query_id]["candidates"], "candidates", cfg.backlog, query_id,
-                         sampled[i * c:(i + 1) * c], private=False, run_id=run_id)
-    get_run_logger().info(
-        "generated %d teacher outputs; zero-shot candidates for %d queries (%d cached)",
-        len(flat), len(todo), len(prompts) - len(todo),
-    )
+        cached = 0
+        if cfg.method.name == "esa":
+            cached = _sample_candidates(con, cfg, run_id, prompts, keys)
+    get_run_logger().info("%d teacher %s for %d queries%s", len(flat), "votes" if classify else "outputs",
+                          len(prompts), f"; zero-shot candidates cached for {cached}" if cfg.method.name == "esa"
+                          else "")
     return keys
+
+
+def _sample_candidates(con, cfg: Config, run_id: str, prompts: dict[str, dict[str, str]],
+                       keys: dict[str, dict[str, str]]) -> int:
+    """ESA's public candidates: `candidates` sampled zero-shot answers per query (no private data)."""
+    method = cfg.method
+    params = GenerationParams(max_new_tokens=cfg.generation.max_new_tokens, temperature=method.candidate_temperature,
+                              top_p=method.candidate_top_p, stop=tuple(cfg.generation.stop))
+    for query_id, p in prompts.items():
+        keys[query_id]["candidates"] = artifact_key(
+            "candidates", [p["zero_shot"]], {"model": cfg.model.model_dump(), "params": asdict(params),
+                                             "n": method.candidates})
+    todo = [q for q in prompts if not has_artifact(con, keys[q]["candidates"])]
+    zero_shot = get_artifacts(con, [prompts[q]["zero_shot"] for q in todo])
+    c = method.candidates
+    flat = [zero_shot[prompts[q]["zero_shot"]] for q in todo for _ in range(c)]
+    sampled = context.backend(cfg).generate(flat, params, progress=True) if flat else []
+    for i, query_id in enumerate(todo):
+        put_artifact(con, keys[query_id]["candidates"], "candidates", cfg.backlog, query_id,
+                     sampled[i * c:(i + 1) * c], private=False, run_id=run_id)
+    return len(prompts) - len(todo)

@@ -1,46 +1,87 @@
-"""Stage 6/7 — release: post-process the paid DP aggregate with public data only (the zero-shot
-candidate nearest the noisy mean, via FAISS) and store the release with its ledger entry, atomically."""
+"""Stage 6/7 — release: turn each paid DP aggregate into an answer using public data only, and store the
+release with its ledger entry, atomically.
+
+* esa: the zero-shot candidate nearest the noisy mean (FAISS);
+* rnm: the name of the noisy-argmax label;
+* ksa-*: the LLM answers the public query with the DP keywords as hints (the reconstruction prompt); when
+  KSA-PTR's test failed, the zero-shot answer — either way post-processing of DP outputs and public text.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from prefect import get_run_logger, task
 
+from dpicl.config import Config
 from dpicl.embeddings.candidates import nearest_candidate
+from dpicl.prompts import keyword_prompt
+from dpicl.storage import get_queries
 from dpicl.storage.artifacts import get_artifacts
 from dpicl.storage.ledger import Reservation, record_release
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
+from dpicl.tasks.infer import greedy_params
+
+# the per-query parameters worth keeping with each release, per method
+PLAN_DETAILS = {
+    "esa": ("noise_multiplier", "sampling_rate"),
+    "rnm": ("noise_multiplier", "sampling_rate"),
+    "ksa-jem": ("epsilon_em", "sampling_rate"),
+    "ksa-ptr": ("epsilon_em", "noise_multiplier", "delta0", "sampling_rate"),
+}
+
+
+def _esa_answers(con, cfg: Config, aggregates: dict[str, Any], features: dict[str, dict[str, str]]):
+    texts = get_artifacts(con, [features[q][k] for q in aggregates for k in ("candidates", "candidate_texts")])
+    for query_id, noisy in aggregates.items():
+        keys = features[query_id]
+        index = nearest_candidate(noisy, texts[keys["candidates"]])
+        yield query_id, texts[keys["candidate_texts"]][index], {"candidate_index": int(index),
+                                                                "candidates": cfg.method.candidates}
+
+
+def _rnm_answers(con, cfg: Config, aggregates: dict[str, Any], features: dict[str, dict[str, str]]):
+    for query_id, result in aggregates.items():
+        yield query_id, cfg.task.labels[result["label"]], {"label_index": result["label"]}
+
+
+def _ksa_answers(con, cfg: Config, aggregates: dict[str, Any], features: dict[str, dict[str, str]]):
+    queries = get_queries(con, cfg.backlog, list(aggregates))
+    zero_shot = get_artifacts(con, [features[q]["zero_shot"] for q in aggregates])
+    prompts = [
+        zero_shot[features[q]["zero_shot"]] if result["keywords"] is None
+        else keyword_prompt(cfg.task, cfg.method.keyword_template, queries[q].input, result["keywords"])
+        for q, result in aggregates.items()
+    ]
+    answers = context.backend(cfg).generate(prompts, greedy_params(cfg), progress=True) if prompts else []
+    for (query_id, result), answer in zip(aggregates.items(), answers, strict=True):
+        yield query_id, answer, {"keywords": result["keywords"]}
+
+
+ANSWERS = {"esa": _esa_answers, "rnm": _rnm_answers, "ksa-jem": _ksa_answers, "ksa-ptr": _ksa_answers}
 
 
 @task(name="release", **STAGE)
 def release(
-    config_path: str, db_path: str, run_id: str, aggregates: dict[str, dict], embeddings: dict[str, dict[str, str]],
-    noise_multiplier: float, sampling_rate: float,
+    config_path: str, db_path: str, run_id: str, aggregates: dict[str, dict], features: dict[str, dict[str, str]],
+    plan: dict,
 ) -> list[dict]:
     """Returns one row per released query: query id, status and ε cost (no text)."""
     cfg = context.config(config_path)
+    method = cfg.method.name
+    shared = {"teachers": cfg.method.teachers, **{k: plan[k] for k in PLAN_DETAILS[method]}}
     rows = []
     with context.database(db_path) as con:
-        needed = [a["aggregate"] for a in aggregates.values()]
-        needed += [embeddings[q][k] for q in aggregates for k in ("candidates", "candidate_texts")]
-        payloads = get_artifacts(con, needed)
-        for query_id, agg in aggregates.items():
-            keys = embeddings[query_id]
-            index = nearest_candidate(payloads[agg["aggregate"]], payloads[keys["candidates"]])
+        results = get_artifacts(con, [a["aggregate"] for a in aggregates.values()])
+        dp_outputs = {q: results[a["aggregate"]] for q, a in aggregates.items()}
+        for query_id, answer, details in ANSWERS[method](con, cfg, dp_outputs, features):
+            agg = aggregates[query_id]
             reservation = Reservation(
                 agg["entry_id"], cfg.private_dataset, cfg.backlog, query_id, agg["epsilon_before"], agg["epsilon_after"]
             )
-            record_release(
-                con, reservation, run_id=run_id, mechanism="esa",
-                answer=payloads[keys["candidate_texts"]][index],
-                details={
-                    "candidate_index": int(index),
-                    "candidates": cfg.method.candidates,
-                    "teachers": cfg.method.teachers,
-                    "noise_multiplier": noise_multiplier,
-                    "sampling_rate": sampling_rate,
-                },
-            )
+            record_release(con, reservation, run_id=run_id, mechanism=method, answer=answer,
+                           details={**details, **shared})
             rows.append({"query_id": query_id, "status": "answered", "epsilon_cost": reservation.epsilon_cost})
     get_run_logger().info("released %d answers", len(rows))
     return rows

@@ -12,8 +12,9 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from dpicl.privacy.accounting import max_additional
 from dpicl.privacy.accounting.events import event_from_json
-from dpicl.privacy.mechanisms import esa
 from dpicl.privacy.sampling import default_sampling_rate
+from dpicl import planning
+from dpicl.config import Config
 from dpicl.storage import get_dataset
 from dpicl.storage.ledger import budget_summary, ledger_events, require_budget
 from dpicl.storage.runs import create_run, finish_run
@@ -25,29 +26,34 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-") or "default"
 
 
+def plan_options(cfg: Config) -> dict:
+    """Method settings of the config that shape the per-query plan (beyond q, T, ε, δ)."""
+    m = cfg.method
+    return {"delta0_fraction": m.delta0_fraction, "em_epsilon": m.em_epsilon} if m.name == "ksa-ptr" else {}
+
+
 @task(name="open-run", **STAGE)
 def open_run(config_path: str, db_path: str) -> dict:
-    """Returns the run id and the data-independent per-query mechanism parameters."""
+    """Returns the run id, the data-independent per-query plan (noise, ε per query, …) and its privacy event."""
     cfg = context.config(config_path)
     method = cfg.method
     with context.database(db_path) as con:
         budget = require_budget(con, cfg.private_dataset)
         n_records = get_dataset(con, cfg.private_dataset)["n_records"]
         rate = method.sampling_rate or default_sampling_rate(method.teachers, method.shots, n_records)
-        plan = esa.plan(rate, method.planned_queries, budget.epsilon, budget.delta)
+        plan = planning.plan(method.name, sampling_rate=rate, queries=method.planned_queries,
+                             epsilon=budget.epsilon, delta=budget.delta, **plan_options(cfg))
         run_id = uuid.uuid4().hex
         flow_run_id = runtime.flow_run.id
         create_run(con, run_id, method.name, cfg.private_dataset, cfg.backlog, cfg.model_dump(mode="json"),
                    str(flow_run_id) if flow_run_id else None)
-    get_run_logger().info(
-        "run %s: ESA with q=%.5f, noise multiplier %.4f (σ on the sum %.4f), calibrated for %d queries at ε=%g, δ=%g",
-        run_id, rate, plan["noise_multiplier"], plan["sigma"], method.planned_queries, budget.epsilon, budget.delta,
-    )
+    numbers = {k: v for k, v in plan.items() if isinstance(v, (int, float, str)) and k != "budget"}
+    get_run_logger().info("run %s: %s per query, planned for %d queries at ε=%g, δ=%g: %s", run_id, method.name,
+                          method.planned_queries, budget.epsilon, budget.delta, numbers)
     return {
         "run_id": run_id,
-        "noise_multiplier": plan["noise_multiplier"],
-        "sampling_rate": rate,
-        "event_json": esa.cost(plan["noise_multiplier"], rate).to_json(),
+        "plan": numbers,
+        "event_json": planning.METHODS[method.name].event(plan).to_json(),
     }
 
 

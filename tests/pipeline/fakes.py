@@ -22,6 +22,14 @@ class FakeBackend:
             out.append(f"summary {digest}" if params.temperature == 0 else f"candidate {i % 5} {digest[:2]}")
         return out
 
+    def label_logprobs(self, prompts, continuations, *, progress=False):
+        """Log-probabilities that favour one label per prompt, chosen by a hash of the prompt."""
+        self.calls.append((len(prompts), -1.0))
+        scores = np.full((len(prompts), len(continuations)), -5.0)
+        for i, p in enumerate(prompts):
+            scores[i, int(hashlib.sha256(p.encode()).hexdigest(), 16) % len(continuations)] = -0.1
+        return scores
+
     def close(self):
         pass
 

@@ -1,0 +1,99 @@
+"""The answer_backlog flow with every method of paper 001 (fake models): what each releases, what it charges."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from dpicl.flows.answer_backlog import answer_backlog
+from dpicl.keywords import keywords
+from dpicl.privacy.accounting.events import event_from_json
+from dpicl.storage.db import connect
+from dpicl.storage.ledger import budget_summary, ledger_events, stored_releases
+from dpicl.tasks.context import epsilon_of
+from tests.pipeline.conftest import N_QUERIES, PLANNED, write_jsonl
+
+pytestmark = pytest.mark.slow  # each flow run starts Prefect
+
+LABELS = ["alpha", "beta", "gamma"]
+
+
+def _with_method(config: str, method: dict, task: dict | None = None) -> str:
+    raw = yaml.safe_load(open(config))
+    raw["method"] = {"teachers": 4, "shots": 2, "planned_queries": PLANNED, **method}
+    if task:
+        raw["task"] = task
+    open(config, "w").write(yaml.safe_dump(raw))
+    return config
+
+
+def _run(config: str, db: str):
+    result = answer_backlog(config=config, db=db)
+    con = connect(db, read_only=True)
+    try:
+        releases = stored_releases(con, "tiny-backlog")
+        events = [event_from_json(e) for e in ledger_events(con, "tiny")]
+        details = [json.loads(d) for (d,) in con.execute("SELECT details FROM releases ORDER BY query_id").fetchall()]
+        return result, releases, events, details, budget_summary(con, "tiny", epsilon_of)
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def classification_env(tmp_path, fake_models):
+    from dpicl.storage.ingest import FieldMap, ingest_dataset, ingest_queries
+    from dpicl.storage.ledger import open_budget
+
+    private = write_jsonl(tmp_path / "labelled.jsonl", [
+        {"id": f"r{i}", "text": f"private text {i}", "label": LABELS[i % 3]} for i in range(60)
+    ])
+    backlog = write_jsonl(tmp_path / "backlog.jsonl", [{"id": f"q{i}", "text": f"query {i}"} for i in range(N_QUERIES)])
+    db = tmp_path / "cls.duckdb"
+    con = connect(db)
+    ingest_dataset(con, private, "tiny", "private", "classification", FieldMap(id="id", input="text", output="label"))
+    ingest_queries(con, backlog, "tiny-backlog", FieldMap(id="id", input="text", output=None))
+    open_budget(con, "tiny", 2.0, 1e-5)
+    con.close()
+    config = tmp_path / "cls.yaml"
+    config.write_text(yaml.safe_dump({"name": "cls", "private_dataset": "tiny", "backlog": "tiny-backlog",
+                                      "batch_queries": 3}))
+    task = {"type": "classification", "demo_template": "Text: {input}\nLabel: {output}",
+            "query_template": "Text: {input}\nLabel:", "labels": LABELS}
+    return _with_method(str(config), {"name": "rnm"}, task), str(db)
+
+
+def test_rnm_releases_a_label_per_paid_query_charged_as_a_sqrt2_gaussian(classification_env, fake_models):
+    config, db = classification_env
+    result, releases, events, details, summary = _run(config, db)
+    assert result["answered"] == PLANNED and result["refused_budget"] == N_QUERIES - PLANNED
+    assert {r["answer"] for r in releases} <= set(LABELS)
+    assert all(e.kind == "subsampled_gaussian" and e.sensitivity == pytest.approx(2 ** 0.5) for e in events)
+    assert all(LABELS[d["label_index"]] == r["answer"] for d, r in zip(details, releases))
+    assert summary["epsilon_spent"] <= summary["epsilon_limit"]
+    backend, _ = fake_models
+    assert all(t == -1.0 for _, t in backend.calls), "teachers must vote by label scores, not generate"
+
+
+def test_ksa_joint_em_releases_ranked_keywords_from_the_public_prompt_only(pipeline_env):
+    config, db = pipeline_env
+    _with_method(config, {"name": "ksa-jem", "k": 3})
+    result, releases, events, details, summary = _run(config, db)
+    assert result["answered"] == PLANNED
+    assert all(e.kind == "subsampled_exponential" and e.sensitivity == 2 for e in events)
+    public_words = set(keywords("Input:\nincoming ticket 0\nOutput:")) | {str(i) for i in range(N_QUERIES)}
+    for d in details:
+        assert len(d["keywords"]) == 3 and set(d["keywords"]) <= public_words, "keywords outside the public domain"
+    assert summary["epsilon_spent"] <= summary["epsilon_limit"]
+
+
+def test_ksa_ptr_releases_a_certified_set_or_the_zero_shot_answer_and_always_charges(pipeline_env):
+    config, db = pipeline_env
+    _with_method(config, {"name": "ksa-ptr"})
+    result, releases, events, details, summary = _run(config, db)
+    assert result["answered"] == PLANNED and len(events) == PLANNED
+    assert all(e.kind == "subsampled_ptr" for e in events)
+    # 4 teachers can never clear the PTR offset: every query falls back to the zero-shot answer, still charged
+    assert all(d["keywords"] is None for d in details)
+    assert summary["epsilon_spent"] <= summary["epsilon_limit"]

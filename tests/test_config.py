@@ -1,0 +1,61 @@
+"""Config validation and the bundled configs (their benchmark data is read from ../shared/data when present)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dpicl.config import CONFIG_DIR, Config, ConfigError, load_config
+
+BASE = {"name": "x", "private_dataset": "p", "backlog": "b"}
+CLASSIFY = {"type": "classification", "demo_template": "{input} -> {output}", "query_template": "{input} ->",
+            "labels": ["yes", "no"]}
+BUNDLED = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def _invalid(path: Path, raw: str) -> str:
+    path.write_text(raw)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    return str(err.value)
+
+
+def test_each_method_gets_its_own_settings_and_unknown_ones_are_refused(tmp_path):
+    assert Config.model_validate({**BASE, "method": {"name": "ksa-ptr"}}).method.k_max == 30
+    assert Config.model_validate({**BASE, "task": CLASSIFY, "method": {"name": "rnm"}}).method.name == "rnm"
+    message = _invalid(tmp_path / "c.yaml", "name: x\nprivate_dataset: p\nbacklog: b\nmethod: {name: ksa-jem, k_max: 3}\n")
+    assert "k_max" in message and "c.yaml" in message
+
+
+def test_method_and_task_must_fit(tmp_path):
+    message = _invalid(tmp_path / "c.yaml", "name: x\nprivate_dataset: p\nbacklog: b\nmethod: {name: rnm}\n")
+    assert "does not answer summarization" in message
+    with pytest.raises(ValueError, match="at least two distinct labels"):
+        Config.model_validate({**BASE, "task": {**CLASSIFY, "labels": ["yes"]}, "method": {"name": "rnm"}})
+    with pytest.raises(ValueError, match="keyword_template must contain"):
+        Config.model_validate({**BASE, "method": {"name": "ksa-jem", "keyword_template": "{input} only"}})
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_bundled_configs_load(name):
+    cfg = load_config(name)
+    assert cfg.data, f"{name} lists no data"
+
+
+@pytest.mark.parametrize("name", [n for n in BUNDLED if n != "demo"])
+def test_bundled_benchmark_configs_ingest_the_shared_data(name, tmp_path):
+    from dpicl.storage.db import connect
+    from dpicl.storage.ingest import ingest_source
+
+    cfg = load_config(name)
+    if not all(Path(s.path).is_file() for s in cfg.data):
+        pytest.skip(f"benchmark data for {name} is not present (../shared/data)")
+    con = connect(tmp_path / "c.duckdb")
+    reports = [ingest_source(con, source) for source in cfg.data]
+    assert all(r.rows_added > 100 for r in reports)
+    if cfg.task.type == "classification":
+        outputs = {o for (o,) in con.execute("SELECT DISTINCT output FROM records").fetchall()}
+        references = {r for (r,) in con.execute("SELECT DISTINCT reference FROM queries").fetchall()}
+        assert outputs == references == set(cfg.task.labels)
+    con.close()

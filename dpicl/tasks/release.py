@@ -33,12 +33,12 @@ PLAN_DETAILS = {
 
 
 def _esa_answers(con, cfg: Config, aggregates: dict[str, Any], features: dict[str, dict[str, str]]):
-    texts = get_artifacts(con, [features[q][k] for q in aggregates for k in ("candidates", "candidate_texts")])
-    for query_id, noisy in aggregates.items():
+    public = get_artifacts(con, [features[q][k] for q in aggregates for k in ("candidates", "candidate_texts")])
+    for query_id, noisy_mean in aggregates.items():
         keys = features[query_id]
-        index = nearest_candidate(noisy, texts[keys["candidates"]])
-        yield query_id, texts[keys["candidate_texts"]][index], {"candidate_index": int(index),
-                                                                "candidates": cfg.method.candidates}
+        index = nearest_candidate(noisy_mean, public[keys["candidates"]])
+        yield query_id, public[keys["candidate_texts"]][index], {"candidate_index": int(index),
+                                                                 "candidates": cfg.method.candidates}
 
 
 def _rnm_answers(con, cfg: Config, aggregates: dict[str, Any], features: dict[str, dict[str, str]]):

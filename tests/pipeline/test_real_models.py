@@ -1,0 +1,69 @@
+"""answer_backlog with the embedded SmolLM2 (no fakes): a classification backlog with rnm and a text backlog
+with ksa-jem, two queries each — the backend calls the methods make really work."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from dpicl.flows.answer_backlog import answer_backlog
+from dpicl.storage.db import connect
+from dpicl.storage.ingest import FieldMap, ingest_dataset, ingest_queries
+from dpicl.storage.ledger import open_budget, stored_releases
+from tests.pipeline.conftest import write_jsonl
+
+pytestmark = [pytest.mark.slow, pytest.mark.model]
+
+REVIEWS = ["a wonderful, moving film", "dull and far too long", "a delight from start to finish",
+           "a boring, stupid mess", "sharp, funny and warm", "clumsy and lifeless"]
+
+
+def _env(tmp_path, task: str, method: dict, task_cfg: dict, rows: list[dict]) -> tuple[str, str]:
+    db = tmp_path / f"{task}.duckdb"
+    con = connect(db)
+    ingest_dataset(con, write_jsonl(tmp_path / "p.jsonl", rows), "p", "private", task,
+                   FieldMap(id="id", input="x", output="y"))
+    ingest_queries(con, write_jsonl(tmp_path / "q.jsonl", [{"id": "q1", "x": "a joyful, touching story"},
+                                                            {"id": "q2", "x": "a tedious, empty film"}]),
+                   "q", FieldMap(id="id", input="x", output=None))
+    open_budget(con, "p", 3.0, 1e-4)
+    con.close()
+    config = tmp_path / f"{task}.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": task, "private_dataset": "p", "backlog": "q", "task": task_cfg,
+        "generation": {"max_new_tokens": 8, "stop": ["\n"]},
+        "method": {"teachers": 3, "shots": 1, "sampling_rate": 0.5, "planned_queries": 10, **method},
+    }))
+    return str(config), str(db)
+
+
+def _releases(db: str) -> list[dict]:
+    con = connect(db, read_only=True)
+    try:
+        return stored_releases(con, "q")
+    finally:
+        con.close()
+
+
+def test_rnm_classifies_with_label_scores(tmp_path):
+    rows = [{"id": str(i), "x": r, "y": "positive" if i % 2 == 0 else "negative"} for i, r in enumerate(REVIEWS)]
+    task = {"type": "classification", "demo_template": "Review: {input}\nSentiment: {output}",
+            "query_template": "Review: {input}\nSentiment:", "labels": ["negative", "positive"]}
+    config, db = _env(tmp_path, "classification", {"name": "rnm"}, task, rows)
+    assert answer_backlog(config=config, db=db)["answered"] == 2
+    releases = _releases(db)
+    assert {r["answer"] for r in releases} <= {"negative", "positive"}
+    assert all(r["mechanism"] == "rnm" and r["epsilon_cost"] > 0 for r in releases)
+
+
+def test_ksa_joint_em_answers_with_the_reconstruction_prompt(tmp_path):
+    rows = [{"id": str(i), "x": r, "y": f"The review says the film is {r.split()[1]}"} for i, r in enumerate(REVIEWS)]
+    task = {"demo_template": "Review: {input}\nSummary: {output}", "query_template": "Review: {input}\nSummary:"}
+    method = {"name": "ksa-jem", "k": 2,
+              "keyword_template": "Review: {input}\nSummary using the words [{keywords}]:"}
+    config, db = _env(tmp_path, "summarization", method, task, rows)
+    assert answer_backlog(config=config, db=db)["answered"] == 2
+    query_words = {"q1": {"Review", "joyful", "touching", "story", "Summary"},
+                   "q2": {"Review", "tedious", "empty", "film", "Summary"}}
+    for r in _releases(db):
+        assert len(r["details"]["keywords"]) == 2 and set(r["details"]["keywords"]) <= query_words[r["query_id"]]

@@ -144,6 +144,7 @@ def main() -> None:
         for i, f in enumerate(features):
             f["teacher_outputs"] = outputs[i * n:(i + 1) * n]
         teacher_answers = [f["teacher_outputs"] for f in features]
+    greedy_answers = dict(zip(zero_shot, zero_answers))
     rows["zero-shot"] = score(base, zero_answers, references)
     per_teacher = [score(base, [a[t] for a in teacher_answers], references) for t in range(n)]
     rows[f"few-shot ({shots}-shot, mean of teachers)"] = {k: float(np.mean([s[k] for s in per_teacher]))
@@ -184,7 +185,10 @@ def main() -> None:
                     prompts = [z if r["keywords"] is None else
                                keyword_prompt(cfg.task, cfg.method.keyword_template, q, r["keywords"])
                                for z, (q, _), r in zip(zero_shot, queries, results)]
-                    answers = backend.generate(prompts, greedy_params(cfg), progress=True)
+                    # greedy answers are a function of the prompt: a failed PTR test reuses the zero-shot answer
+                    todo = sorted({p for p in prompts if p not in greedy_answers})
+                    greedy_answers.update(zip(todo, backend.generate(todo, greedy_params(cfg), progress=True)))
+                    answers = [greedy_answers[p] for p in prompts]
             rows[label] = score(cfg, answers, references)
             if method == "ksa-ptr":
                 rows[label]["ptr_passed_%"] = 100.0 * sum(r["keywords"] is not None for r in results) / len(results)

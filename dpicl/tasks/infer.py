@@ -13,7 +13,7 @@ import numpy as np
 from prefect import get_run_logger, task
 
 from dpicl.config import Config
-from dpicl.inference.base import GenerationParams
+from dpicl.inference.base import GenerationParams, require
 from dpicl.storage.artifacts import artifact_key, get_artifacts, has_artifact, put_artifact
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
@@ -27,9 +27,7 @@ def greedy_params(cfg: Config) -> GenerationParams:
 
 def label_votes(backend, prompts: list[str], cfg: Config) -> list[int]:
     """Each prompt's most likely label (index into task.labels) by the next-token log-probabilities."""
-    if not hasattr(backend, "label_logprobs"):
-        raise TypeError(f"the {backend.name!r} backend cannot score label tokens; classification tasks need "
-                        "a backend with label_logprobs (the hf backend has it)")
+    require(backend, "label_logprobs")
     if not prompts:
         return []
     scores = backend.label_logprobs(prompts, [cfg.task.label_prefix + label for label in cfg.task.labels],

@@ -97,3 +97,21 @@ def test_ksa_ptr_releases_a_certified_set_or_the_zero_shot_answer_and_always_cha
     # 4 teachers can never clear the PTR offset: every query falls back to the zero-shot answer, still charged
     assert all(d["keywords"] is None for d in details)
     assert summary["epsilon_spent"] <= summary["epsilon_limit"]
+
+
+def test_a_backend_without_label_scores_is_refused_with_a_clear_error():
+    from dpicl.config import Config
+    from dpicl.inference.base import UnsupportedCapabilityError
+    from dpicl.tasks.infer import label_votes
+
+    class TextOnly:
+        name = "text-only"
+
+        def generate(self, prompts, params, *, progress=False):
+            return [""] * len(prompts)
+
+    cfg = Config.model_validate({"name": "x", "private_dataset": "p", "backlog": "b", "method": {"name": "rnm"},
+                                 "task": {"type": "classification", "demo_template": "{input}: {output}",
+                                          "query_template": "{input}:", "labels": LABELS}})
+    with pytest.raises(UnsupportedCapabilityError, match="text-only.*label_logprobs"):
+        label_votes(TextOnly(), ["a prompt"], cfg)

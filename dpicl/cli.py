@@ -70,6 +70,10 @@ def ingest(
     label: Annotated[list[str], typer.Option(
         "--label", help="RAW=NAME: label value in the file -> label name, e.g. 0=negative")] = [],  # noqa: B006
     skip_empty: Annotated[bool, typer.Option(help="leave out rows with an empty input/output")] = False,
+    subset: Annotated[str | None, typer.Option(
+        "--subset", help="BUCKETS:KEEP[,KEEP...]: only the rows hashed into these buckets, e.g. 3:0,1 "
+                         "(and 3:2 for the disjoint rest)")] = None,
+    subset_salt: Annotated[str | None, typer.Option(help="salt of the --subset hash")] = None,
     db: DbOption = None,
 ) -> None:
     """Ingest a private or public dataset, or a backlog of queries; all rows or none."""
@@ -94,9 +98,23 @@ def ingest(
         labels = dict(pair.split("=", 1) for pair in label if "=" in pair)
         if len(labels) != len(label):
             _fail("--label takes RAW=NAME, e.g. --label 0=negative --label 1=positive")
+        part = None
+        if subset is not None:
+            buckets, sep, keep = subset.partition(":")
+            try:
+                part = {"buckets": int(buckets), "keep": [int(b) for b in keep.split(",")]}
+            except ValueError:
+                sep = ""
+            if not sep:
+                _fail(f"--subset takes BUCKETS:KEEP[,KEEP...], e.g. --subset 3:0,1 (got {subset!r})")
+            if subset_salt is not None:
+                part["salt"] = subset_salt
+        elif subset_salt is not None:
+            _fail("--subset-salt needs --subset")
         try:
             sources = [DataSource(name=name, path=str(path), kind=kind, task=task, fields=fields, format=format,
-                                  pattern=pattern, header=header, labels=labels or None, skip_empty=skip_empty)]
+                                  pattern=pattern, header=header, labels=labels or None, skip_empty=skip_empty,
+                                  subset=part)]
         except ValueError as err:  # pydantic's ValidationError, e.g. an unknown --format
             _fail(f"invalid ingest options: {err}")
     con = _connect(db)
@@ -105,7 +123,9 @@ def ingest(
             report = ingest_source(con, source, replace=replace)
             skipped = "already present or empty" if source.kind == "queries" else "empty"
             console.print(f"ingested {report.rows_added} rows into {source.name!r}"
-                          + (f" ({report.rows_skipped} skipped: {skipped})" if report.rows_skipped else ""))
+                          + (f" ({report.rows_skipped} skipped: {skipped})" if report.rows_skipped else "")
+                          + (f" ({report.rows_left_out_by_subset} outside the subset)"
+                             if report.rows_left_out_by_subset else ""))
     except IngestError as err:
         _fail(str(err))
     finally:
@@ -175,7 +195,12 @@ def plan(
     delta0_fraction: Annotated[Optional[float], typer.Option(
         help="ksa-ptr: share of δ for the PTR failures of all queries, δ0 = share·δ/(q·T) (default 0.5)")] = None,
     em_epsilon: Annotated[Optional[float], typer.Option(
-        help="ksa-ptr: per-query FindBestK ε (default: T of them spend half of ε)")] = None,
+        help="ksa-ptr: per-query FindBestK ε (default: T of them spend half of ε); sga: per-query ε of the split "
+             "choices, summed over the levels (default: T of them spend a quarter of ε)")] = None,
+    levels: Annotated[Optional[int], typer.Option(help="sga: levels of the DPM tree (default: as in the config, 3)")] = None,
+    count_epsilon: Annotated[Optional[float], typer.Option(
+        help="sga: per-query ε of the noisy counts, summed over the levels (default: T of them spend 15 % of ε)")]
+    = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -193,8 +218,13 @@ def plan(
     if missing:
         _fail(f"{', '.join(missing)} needed (or --dataset NAME to plan against its open budget)")
     try:
+        if method == "sga" and levels is None:
+            from dpicl.config import SGAConfig
+
+            levels = SGAConfig.model_fields["levels"].default
         result = planning.plan(method, sampling_rate=sampling_rate, queries=queries, epsilon=epsilon, delta=delta,
-                               delta0_fraction=delta0_fraction, em_epsilon=em_epsilon)
+                               delta0_fraction=delta0_fraction, em_epsilon=em_epsilon, levels=levels,
+                               count_epsilon=count_epsilon)
     except ValueError as err:
         _fail(str(err))
     if budget_state is not None:

@@ -144,7 +144,47 @@ class KSAPTRConfig(_KeywordMethodConfig):
     keyword_template: str = "Input:\n{input}\nOutput with the following word suggestions: [{keywords}]\nOutput:"
 
 
-MethodConfig = Annotated[ESAConfig | RNMConfig | KSAJointEMConfig | KSAPTRConfig, Field(discriminator="name")]
+class SGAConfig(_MethodConfig):
+    """SGA (paper 004): DPM private clustering of the private and public teachers' output embeddings; the public
+    outputs nearest the k largest (noisy) cluster centres are the candidates, and the LLM picks one with a public
+    one-shot example (`select: llm`), or the first candidate is released as is (`select: top1`)."""
+
+    name: Literal["sga"] = "sga"
+    # depth of the DPM tree: at most 2**levels clusters (004 used 4–7 with 200 points)
+    levels: int = Field(3, ge=1, le=12)
+    k: int = Field(3, ge=1)
+    select: Literal["llm", "top1"] = "llm"
+    # per-query ε of the split choices and of the noisy counts (summed over the levels); default: calibrated so
+    # that each alone would use a fixed share of the budget (dpicl.privacy.mechanisms.sga)
+    em_epsilon: float | None = Field(None, gt=0)
+    count_epsilon: float | None = Field(None, gt=0)
+    # {example}: one public demonstration; {input}: the query; {candidates}: the public candidates, ",\n"-joined
+    selection_template: str = ("{example}\n\nInput:\n{input}\nPick the most accurate output for the input with the "
+                               "following suggestions: [{candidates}]\nOutput:")
+
+    @field_validator("selection_template")
+    @classmethod
+    def _selection_fields(cls, v: str) -> str:
+        if "{input}" not in v or "{candidates}" not in v:
+            raise ValueError("selection_template must contain {input} and {candidates}")
+        return v
+
+
+class KSAPublicConfig(_KeywordMethodConfig):
+    """KSA with public data (paper 004's baseline): the joint EM over a keyword domain taken from public text only
+    (the public teachers' outputs and the query), answered with a public one-shot example ({example})."""
+
+    name: Literal["ksa-public"] = "ksa-public"
+    k: int = Field(10, ge=1)
+    keyword_template: str = ("{example}\n\nInput:\n{input}\nOutput with the following word suggestions ranked by "
+                             "their frequency from high to low: [{keywords}]\nOutput:")
+
+
+# methods that also run a public ensemble (teacher prompts from `public_dataset`)
+PUBLIC_METHODS = ("sga", "ksa-public")
+
+MethodConfig = Annotated[ESAConfig | RNMConfig | KSAJointEMConfig | KSAPTRConfig | SGAConfig | KSAPublicConfig,
+                         Field(discriminator="name")]
 
 
 class Fields(_Strict):
@@ -154,6 +194,23 @@ class Fields(_Strict):
     input: str = "input"
     output: str | None = "output"
     reference: str | None = None
+
+
+class Subset(_Strict):
+    """A deterministic part of a file: the rows whose keyed hash (of the id field, else the row number) falls in
+    `keep` of `buckets` buckets. Sources over the same file with the same buckets and salt and disjoint `keep`
+    are disjoint, e.g. a 2:1 private/public split: keep [0, 1] and keep [2] of 3 buckets."""
+
+    buckets: int = Field(ge=2)
+    keep: list[int] = Field(min_length=1)
+    salt: str = "dpicl-subset"
+
+    @model_validator(mode="after")
+    def _keep_in_range(self) -> Subset:
+        bad = [b for b in self.keep if not 0 <= b < self.buckets]
+        if bad or len(set(self.keep)) != len(self.keep):
+            raise ValueError(f"subset.keep must list distinct buckets in 0..{self.buckets - 1} (got {self.keep})")
+        return self
 
 
 class DataSource(_Strict):
@@ -174,12 +231,16 @@ class DataSource(_Strict):
     labels: dict[str, str] | None = None
     # leave out rows whose input (or a dataset's output) is missing or empty instead of refusing the file
     skip_empty: bool = False
+    # ingest only a deterministic part of the file (see Subset)
+    subset: Subset | None = None
 
 
 class Config(_Strict):
     name: str
     private_dataset: str
     backlog: str
+    # demonstrations anyone may see: the public ensemble of sga and ksa-public (paper 004)
+    public_dataset: str | None = None
     task: TaskConfig = TaskConfig()
     model: ModelConfig = ModelConfig()
     generation: GenerationConfig = GenerationConfig()
@@ -197,7 +258,10 @@ class Config(_Strict):
         classifying = self.task.type == "classification"
         if classifying != (self.method.name == "rnm"):
             raise ValueError(f"method {self.method.name!r} does not answer {self.task.type} tasks "
-                             "(rnm answers classification tasks; esa, ksa-jem and ksa-ptr answer text tasks)")
+                             "(rnm answers classification tasks; the other methods answer text tasks)")
+        if self.method.name in PUBLIC_METHODS and not self.public_dataset:
+            raise ValueError(f"method {self.method.name!r} needs a public dataset: set public_dataset to the name "
+                             "of a dataset ingested with kind public")
         return self
 
     def digest(self) -> str:

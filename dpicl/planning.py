@@ -10,7 +10,7 @@ from typing import Any
 
 from dpicl.privacy.accounting import max_additional
 from dpicl.privacy.accounting.events import PrivacyEvent, event_from_json
-from dpicl.privacy.mechanisms import esa, joint_em, ksa_ptr, rnm
+from dpicl.privacy.mechanisms import esa, joint_em, ksa_ptr, rnm, sga
 
 
 def _gaussian_line(result: dict[str, Any]) -> str:
@@ -27,6 +27,15 @@ def _ptr_line(result: dict[str, Any]) -> str:
     return (f"  FindBestK ε_EM = {result['epsilon_em']:.5f}; PTR noise multiplier {result['noise_multiplier']:.5f} "
             f"(σ = {result['sigma']:.5f}, sensitivity {result['sensitivity']:g}); δ0 = {result['delta0']:.4g} "
             f"per query (failures take {result['failure_delta']:.3g} of δ), offset {result['offset']:.3f}; "
+            f"the RDP accountant certifies ε = {result['epsilon_certified']:.5f}")
+
+
+def _sga_line(result: dict[str, Any]) -> str:
+    counts = ", ".join(f"{b:.3g}" for b in result["count_scales"])
+    return (f"  DPM with {result['levels']} levels: split choices ε_EM = {result['em_epsilon']:.5f} per query "
+            f"(per level {', '.join(f'{e:.4g}' for e in result['em_epsilons'])}); child counts ε = "
+            f"{result['count_epsilon']:.5f} (Laplace scales {counts}); leaf sums: noise multiplier "
+            f"{result['noise_multiplier']:.5f} (σ = {result['sigma']:.5f}, sensitivity {result['sensitivity']:g}); "
             f"the RDP accountant certifies ε = {result['epsilon_certified']:.5f}")
 
 
@@ -69,6 +78,23 @@ METHODS: dict[str, PlannedMethod] = {
         _ptr_line,
         ("delta0_fraction", "em_epsilon"),
     ),
+    "sga": PlannedMethod(
+        "sga",
+        "Semantic groups with public candidates (paper 004): DPM clustering of private + public outputs, the "
+        "public outputs nearest the largest noisy clusters",
+        sga.plan,
+        lambda result: sga.cost(result["em_epsilon"], result["count_epsilon"], result["noise_multiplier"],
+                                result["levels"], result["sampling_rate"]),
+        _sga_line,
+        ("levels", "em_epsilon", "count_epsilon"),
+    ),
+    "ksa-public": PlannedMethod(
+        "ksa-public",
+        "Keyword Space Aggregation with public data (paper 004): joint EM over words of public outputs, Δ = 2",
+        joint_em.plan,
+        lambda result: joint_em.cost(result["epsilon_em"], result["sampling_rate"], mechanism="ksa_public"),
+        _jem_line,
+    ),
 }
 
 
@@ -90,7 +116,7 @@ def plan(method: str, *, sampling_rate: float, queries: int, epsilon: float, del
     unknown = sorted(set(given) - set(m.options))
     if unknown:
         raise ValueError(f"method {method!r} takes no option {', '.join(unknown)}")
-    return m.plan(sampling_rate, queries, epsilon, delta, **given)
+    return {**m.plan(sampling_rate, queries, epsilon, delta, **given), "method": method}
 
 
 def budget_state(con, dataset: str) -> dict[str, Any]:

@@ -5,6 +5,8 @@ Pure string functions; the callers keep prompts in DuckDB, never in logs or Pref
 
 from __future__ import annotations
 
+import hashlib
+import random
 from collections.abc import Sequence
 
 from dpicl.config import TaskConfig
@@ -23,8 +25,40 @@ def zero_shot_prompt(task: TaskConfig, query: str) -> str:
     return render_prompt(task, (), query)
 
 
-def keyword_prompt(task: TaskConfig, keyword_template: str, query: str, keywords: Sequence[str]) -> str:
-    """KSA's reconstruction prompt (paper 001 App D.2.2): the zero-shot prompt with the DP keywords as hints."""
+def keyword_prompt(task: TaskConfig, keyword_template: str, query: str, keywords: Sequence[str],
+                   example: str = "") -> str:
+    """KSA's reconstruction prompt (paper 001 App D.2.2): the zero-shot prompt with the DP keywords as hints;
+    with public data (paper 004 App H.3) also a public one-shot ``example``."""
     parts = [task.instruction] if task.instruction else []
-    parts.append(keyword_template.format(input=query, keywords=", ".join(keywords)))
+    parts.append(keyword_template.format(input=query, keywords=", ".join(keywords), example=example))
     return task.separator.join(parts)
+
+
+def selection_prompt(task: TaskConfig, selection_template: str, query: str, candidates: Sequence[str],
+                     example: str) -> str:
+    """SGA's final prompt (paper 004 App H.1): the LLM picks among public candidates, with a public one-shot
+    example. Candidates are joined with ",\n" as in the paper's code."""
+    parts = [task.instruction] if task.instruction else []
+    parts.append(selection_template.format(input=query, candidates=",\n".join(candidates), example=example))
+    return task.separator.join(parts)
+
+
+def public_teacher_groups(n_records: int, teachers: int, shots: int, key: str) -> list[list[int]]:
+    """Which public records each public teacher shows (indices; paper 004's public ensemble): teachers × shots
+    distinct records (fewer if the public set is smaller), drawn without replacement by a generator seeded with
+    ``key``. Public data, so the draw may be deterministic: the same query gets the same public prompts in
+    every run, and their outputs are reused from the cache."""
+    seed = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big")
+    chosen = random.Random(seed).sample(range(n_records), min(n_records, teachers * shots))
+    return [chosen[t * shots:(t + 1) * shots] for t in range(teachers)]
+
+
+def public_ensemble(task: TaskConfig, demonstrations: Sequence[tuple[str, str]], query: str, teachers: int,
+                    shots: int, key: str) -> tuple[list[str], str]:
+    """The public teachers' prompts for ``query`` (demonstrations drawn by :func:`public_teacher_groups` from the
+    public (input, output) pairs) and the public one-shot example: the last demonstration of the first public
+    teacher, as paper 004's code takes it."""
+    groups = [[demonstrations[i] for i in g] for g in public_teacher_groups(len(demonstrations), teachers, shots, key)]
+    example_input, example_output = groups[0][-1]
+    return ([render_prompt(task, g, query) for g in groups],
+            task.demo_template.format(input=example_input, output=example_output))

@@ -36,3 +36,8 @@ def test_accuracy_and_mismatched_lengths():
         rouge(["a", "b"], ["a"])
     with pytest.raises(ValueError, match="no predictions"):
         accuracy([], [])
+
+
+def test_rouge_with_the_stemmer_matches_word_forms_that_plain_rouge_does_not():
+    assert rouge(["cats running"], ["cat runs"])["rouge1"] == 0
+    assert rouge(["cats running"], ["cat runs"], stemmer=True)["rouge1"] == pytest.approx(100)

@@ -62,3 +62,27 @@ def _unit_rows(candidates: np.ndarray, d: int, i: int) -> np.ndarray:
     # A zero vector stays zero (similarity 0) rather than becoming NaN.
     np.divide(cands, norms, out=cands, where=norms > 0)
     return np.ascontiguousarray(cands)
+
+
+def public_candidates(centres: Sequence[np.ndarray], public_embeddings: np.ndarray, public_texts: Sequence[str],
+                      k: int) -> list[int]:
+    """SGA's candidates (paper 004 §4): for each cluster centre in the given order (largest noisy count first),
+    the nearest public output (cosine, FAISS), skipping texts already chosen, until k. Returns indices into the
+    public outputs, so every candidate is a public text by construction."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if len(public_texts) != len(public_embeddings):
+        raise ValueError(f"{len(public_texts)} public texts but {len(public_embeddings)} embeddings")
+    queries = np.asarray(centres, dtype=np.float32)
+    if len(queries) == 0:
+        return []
+    cands = _unit_rows(public_embeddings, queries.shape[1], 0)
+    index = faiss.IndexFlatIP(cands.shape[1])
+    index.add(cands)
+    _, nearest = index.search(np.ascontiguousarray(queries), 1)
+    chosen: dict[str, int] = {}
+    for i in nearest[:, 0]:
+        chosen.setdefault(public_texts[int(i)], int(i))
+        if len(chosen) == k:
+            break
+    return list(chosen.values())

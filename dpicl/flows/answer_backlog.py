@@ -1,7 +1,7 @@
 """Flow `answer_backlog`: drain a query backlog with a DP in-context-learning method (esa, rnm, ksa-jem,
-ksa-ptr; the config's `method`).
+ksa-ptr, sga, ksa-public; the config's `method`).
 
-Reads like DESIGN.md's pipeline: sample → prompt → infer → [embed, ESA only] → aggregate (pay, then draw)
+Reads like DESIGN.md's pipeline: sample → prompt → infer → [embed: esa, sga] → aggregate (pay, then draw)
 → release.
 Tasks pass artifact keys; private text stays in DuckDB.
 """
@@ -40,7 +40,7 @@ def answer_backlog(config: str = "demo", db: str | None = None, max_queries: int
         samples = sample(config_path, db_path, run_id, batch, run["event_json"])
         prompts = prompt(config_path, db_path, run_id, samples)
         features = infer(config_path, db_path, run_id, prompts)
-        if cfg.method.name == "esa":
+        if cfg.method.name in ("esa", "sga"):
             features = embed(config_path, db_path, run_id, features)
         aggregates = aggregate(config_path, db_path, run_id, features, plan, run["event_json"])
         released += release(config_path, db_path, run_id, aggregates, features, plan)

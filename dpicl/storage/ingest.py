@@ -14,6 +14,13 @@ given; "lines" is always given explicitly.
 it is applied to the output and reference fields after reading, and a raw value it does not list is an error.
 With `labels`, those fields may also hold JSON/Parquet integers (mapped by their decimal text).
 
+`subset` keeps a deterministic part of the file, after `skip_empty` and after the whole file is validated: the
+rows whose `int.from_bytes(sha256(salt + "\\x00" + id).digest()[:8], "big") % buckets` is in `keep`, where `id` is
+the record's id as ingested (the id field's text, or without an id field the 1-based row number, the id such a
+record gets). Sources over the same file with the same buckets and salt and disjoint `keep` are disjoint, e.g. a
+2:1 private/public split: keep [0, 1] and keep [2] of 3 buckets. The hash is computed by DuckDB (`subset_bucket`
+is the same in Python).
+
 Everything is validated before anything is written, and each ingest is one transaction: a file is ingested
 whole or not at all. Records and queries are private text: an `IngestError` says what is wrong, where (file,
 row, field) and how to fix it, and never contains a value from the file.
@@ -73,6 +80,48 @@ class IngestReport:
     path: Path
     rows_added: int
     rows_skipped: int
+    rows_left_out_by_subset: int = 0  # rows of the file outside `subset` (after `skip_empty`)
+
+
+@dataclass(frozen=True)
+class SubsetSpec:
+    """Which part of a file to ingest (module docstring); `dpicl.config.Subset` or a mapping converts with `of`."""
+
+    buckets: int
+    keep: tuple[int, ...]
+    salt: str = "dpicl-subset"
+
+    @classmethod
+    def of(cls, path: Path, subset) -> SubsetSpec:
+        """A checked spec from a `SubsetSpec`, a `dpicl.config.Subset`-like object or a mapping; IngestError if
+        it is malformed (the config validates the same, so this guards the lower-level API)."""
+        if isinstance(subset, dict):
+            unknown = sorted(set(subset) - {"buckets", "keep", "salt"})
+            if unknown:
+                raise IngestError(path, f"subset has unknown key(s) {', '.join(unknown)}; give buckets, keep and "
+                                        "optionally salt")
+            buckets, keep, salt = subset.get("buckets"), subset.get("keep"), subset.get("salt", cls.salt)
+        else:
+            buckets, keep, salt = (getattr(subset, "buckets", None), getattr(subset, "keep", None),
+                                   getattr(subset, "salt", cls.salt))
+        if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 2:
+            raise IngestError(path, "subset.buckets must be an integer of at least 2, e.g. 3 for a 2:1 split")
+        if (not isinstance(keep, (list, tuple)) or not keep
+                or any(not isinstance(b, int) or isinstance(b, bool) or not 0 <= b < buckets for b in keep)
+                or len(set(keep)) != len(keep)):
+            raise IngestError(path, f"subset.keep must list distinct buckets in 0..{buckets - 1}, e.g. [0, 1]")
+        if not isinstance(salt, str):
+            raise IngestError(path, "subset.salt must be a string")
+        return cls(buckets, tuple(sorted(keep)), salt)
+
+    def recorded(self) -> dict:
+        return {"buckets": self.buckets, "keep": list(self.keep), "salt": self.salt}
+
+
+def subset_bucket(key: str, buckets: int, salt: str = "dpicl-subset") -> int:
+    """The bucket of a record id (reference implementation of the SQL in `_Source.keep_subset`)."""
+    digest = hashlib.sha256((salt + "\x00" + key).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % buckets
 
 
 class IngestError(ValueError):
@@ -98,20 +147,21 @@ def ingest_dataset(con: duckdb.DuckDBPyConnection, path: str | Path, name: str,
                    kind: Literal["private", "public"], task: str, fields: FieldMap, *,
                    replace: bool = False, format: Format | None = None, pattern: str | None = None,
                    header: bool = True, labels: dict[str, str] | None = None,
-                   skip_empty: bool = False) -> IngestReport:
+                   skip_empty: bool = False, subset=None) -> IngestReport:
     """Ingest a demonstration dataset into `datasets` and `records`, with a fresh teacher key.
 
     `skip_empty`: rows whose input or output is missing or empty are left out (and counted in the report)
-    instead of failing the ingest.
+    instead of failing the ingest. `subset` (a `dpicl.config.Subset`, `SubsetSpec` or mapping): only the rows
+    in its buckets are ingested (module docstring), the others counted in the report.
 
-    `format`, `pattern`, `header` and `labels` say how to read the file (module docstring); the ones given are
-    recorded in the dataset's `field_map` beside the field mapping.
+    `format`, `pattern`, `header`, `labels` and `subset` say how to read the file (module docstring); the ones
+    given are recorded in the dataset's `field_map` beside the field mapping.
     """
     if kind not in ("private", "public"):
         raise ValueError(f"kind must be 'private' or 'public', not {kind!r}")
     path = Path(path)
     roles = {"id": (fields.id, True), "input": (fields.input, True), "output": (fields.output, True)}
-    options = _Options.check(path, format, pattern, header, labels, fields, ("output",))
+    options = _Options.check(path, format, pattern, header, labels, fields, ("output",), subset)
     with transaction(con):
         existing = con.execute("SELECT kind FROM datasets WHERE name = ?", [name]).fetchone()
         if existing and not replace:
@@ -125,6 +175,7 @@ def ingest_dataset(con: duckdb.DuckDBPyConnection, path: str | Path, name: str,
                                         "ingest the new data under another name")
         source = _Source.read(con, path, options)
         stage = source.stage(roles, skip_empty=skip_empty)
+        source.keep_subset(options.subset, f"dataset '{name}'")
         n = con.execute(f"SELECT count(*) FROM {stage}").fetchone()[0]
         field_map = json.dumps(asdict(fields) | options.recorded())
         row = [kind, task, str(path.resolve()), source.sha256, field_map, n, secrets.token_bytes(32)]
@@ -138,13 +189,14 @@ def ingest_dataset(con: duckdb.DuckDBPyConnection, path: str | Path, name: str,
                         "teacher_key, name) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [*row, name])
         _insert_records(con, name, stage)
         source.drop()
-        return IngestReport(name, path, n, source.skipped)
+        return IngestReport(name, path, n, source.skipped, source.left_out)
 
 
 def ingest_queries(con: duckdb.DuckDBPyConnection, path: str | Path, backlog: str, fields: FieldMap, *,
                    format: Format | None = None, pattern: str | None = None, header: bool = True,
-                   labels: dict[str, str] | None = None, skip_empty: bool = False) -> IngestReport:
-    """Add a file's queries to a backlog as 'pending' (`skip_empty`: leave out rows with an empty input).
+                   labels: dict[str, str] | None = None, skip_empty: bool = False, subset=None) -> IngestReport:
+    """Add a file's queries to a backlog as 'pending' (`skip_empty`: leave out rows with an empty input;
+    `subset`: only the rows in its buckets, as for `ingest_dataset`).
 
     Appending to an existing backlog is allowed: an id already there with the same text is skipped, with a
     different text it is an error. `row_no` is the query's position in the backlog (appends continue it).
@@ -153,10 +205,11 @@ def ingest_queries(con: duckdb.DuckDBPyConnection, path: str | Path, backlog: st
     """
     path = Path(path)
     roles = {"id": (fields.id, True), "input": (fields.input, True), "reference": (fields.reference, False)}
-    options = _Options.check(path, format, pattern, header, labels, fields, ("reference",))
+    options = _Options.check(path, format, pattern, header, labels, fields, ("reference",), subset)
     with transaction(con):
         source = _Source.read(con, path, options)
         stage = source.stage(roles, skip_empty=skip_empty)
+        source.keep_subset(options.subset, f"backlog '{backlog}'")
         clash = con.execute(
             f"SELECT s.row_no FROM {stage} s JOIN queries q ON q.backlog = ? AND q.query_id = s.id "
             "WHERE q.input <> s.input ORDER BY s.row_no LIMIT 1", [backlog]).fetchone()
@@ -173,7 +226,7 @@ def ingest_queries(con: duckdb.DuckDBPyConnection, path: str | Path, backlog: st
             "WHERE NOT EXISTS (SELECT 1 FROM queries q WHERE q.backlog = ? AND q.query_id = s.id)",
             [backlog, last, str(path.resolve()), backlog]).fetchone()[0]
         source.drop()
-        return IngestReport(backlog, path, added, total - added + source.skipped)
+        return IngestReport(backlog, path, added, total - added + source.skipped, source.left_out)
 
 
 @dataclass(frozen=True)
@@ -186,10 +239,12 @@ class _Options:
     header: bool
     labels: dict[str, str] | None
     groups: tuple[str | None, ...] = ()  # "lines": the name of each capture group in order (None: unnamed)
+    subset: SubsetSpec | None = None
 
     @classmethod
     def check(cls, path: Path, format: str | None, pattern: str | None, header: bool,
-              labels: dict[str, str] | None, fields: FieldMap, label_roles: tuple[str, ...]) -> _Options:
+              labels: dict[str, str] | None, fields: FieldMap, label_roles: tuple[str, ...],
+              subset=None) -> _Options:
         if format is not None and format not in FORMAT_NAMES:
             raise IngestError(path, f"unknown format '{format}'; use one of {', '.join(FORMAT_NAMES)}")
         groups: tuple[str | None, ...] = ()
@@ -218,7 +273,8 @@ class _Options:
             if not mapped:
                 raise IngestError(path, f"labels are given but no {' or '.join(label_roles)} field is mapped; "
                                         f"map it with --field {label_roles[0]}=<column>, or remove the labels")
-        return cls(format, pattern, header, dict(labels) if labels is not None else None, groups)
+        spec = SubsetSpec.of(path, subset) if subset is not None else None
+        return cls(format, pattern, header, dict(labels) if labels is not None else None, groups, spec)
 
     def recorded(self) -> dict:
         """The options worth keeping with a dataset's field map: only those given, so defaults stay as before."""
@@ -226,6 +282,8 @@ class _Options:
         out = {key: value for key, value in kept.items() if value is not None}
         if not self.header:
             out["header"] = False
+        if self.subset is not None:
+            out["subset"] = self.subset.recorded()
         return out
 
 
@@ -262,6 +320,7 @@ class _Source:
         self.lines = f"_ingest_lines_{tag}"
         self.sha256 = ""
         self.skipped = 0  # rows left out by `stage(skip_empty=True)`
+        self.left_out = 0  # rows left out by `keep_subset`
         self.columns: dict[str, str] = {}  # column name -> DuckDB type ("JSON" for every field of a JSON file)
 
     def error(self, message: str, *, row: int | None = None, field: str | None = None,
@@ -428,6 +487,19 @@ class _Source:
                              "the rows", row=dup[0], field=roles["id"][0], role="id")
         return self.stage_table
 
+    def keep_subset(self, subset: SubsetSpec | None, what: str) -> None:
+        """Delete the staged rows outside `subset` (module docstring; the key is the staged id, so a record's id
+        and its bucket agree); IngestError if none is left. `what` names the dataset or backlog."""
+        if subset is None:
+            return
+        bucket = "CAST('0x' || left(sha256(? || chr(0) || id), 16) AS UBIGINT) % ?"
+        self.left_out = self.con.execute(
+            f"DELETE FROM {self.stage_table} WHERE NOT list_contains(CAST(? AS UBIGINT[]), {bucket})",
+            [list(subset.keep), subset.salt, subset.buckets]).fetchone()[0]
+        if self.con.execute(f"SELECT count(*) FROM {self.stage_table}").fetchone()[0] == 0:
+            raise self.error(f"the subset (keep {list(subset.keep)} of {subset.buckets} buckets) leaves no rows "
+                             f"of {what}; check subset.buckets and subset.keep (and subset.salt)")
+
     def _select(self, role: str, column: str | None, numbers_ok: bool = False) -> list[str]:
         """SQL for the role's text value, whether its type is acceptable, and the type's name.
 
@@ -546,10 +618,10 @@ def _locate_json_error(path: Path, fmt: str) -> tuple[int | None, str]:
 
 def ingest_source(con: duckdb.DuckDBPyConnection, source, *, replace: bool = False) -> IngestReport:
     """Ingest one `DataSource` of a config (a private/public dataset or a backlog), with its read options
-    (`format`, `pattern`, `header`, `labels`)."""
+    (`format`, `pattern`, `header`, `labels`, `skip_empty`, `subset`)."""
     fields = FieldMap(**source.fields.model_dump())
-    options = dict(format=source.format, pattern=source.pattern, header=source.header, labels=source.labels,
-                   skip_empty=source.skip_empty)
+    options = {"format": source.format, "pattern": source.pattern, "header": source.header,
+               "labels": source.labels, "skip_empty": source.skip_empty, "subset": getattr(source, "subset", None)}
     if source.kind == "queries":
         return ingest_queries(con, source.path, source.name, fields, **options)
     return ingest_dataset(con, source.path, source.name, source.kind, source.task, fields, replace=replace,

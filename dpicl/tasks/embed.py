@@ -1,5 +1,5 @@
-"""Stage 4 — embed: unit-norm sentence embeddings of teacher outputs (private) and of the public
-candidates (cached by content key)."""
+"""Stage 4 — embed: unit-norm sentence embeddings of teacher outputs (private) and of public texts (cached by
+content key): ESA's zero-shot candidates, or SGA's public ensemble outputs."""
 
 from __future__ import annotations
 
@@ -10,30 +10,36 @@ from dpicl.storage.artifacts import artifact_key, get_artifacts, has_artifact, p
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
 
+# method -> the public texts it embeds beside the teacher outputs: (source key, embeddings key, texts key, stage)
+PUBLIC_TEXTS = {"esa": ("candidates", "candidates", "candidate_texts", "candidate_embeddings"),
+                "sga": ("public_outputs", "public", "public_texts", "public_embeddings")}
+
 
 @task(name="embed", **STAGE)
 def embed(config_path: str, db_path: str, run_id: str, outputs: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-    """Returns {query id: {"teachers": key, "candidates": key, "candidate_texts": key}}."""
+    """Returns {query id: {"teachers": key, <public embeddings>: key, <public texts>: key, …the input keys}}."""
     cfg = context.config(config_path)
     params = cfg.embedding.model_dump()
+    source, name, texts_name, stage = PUBLIC_TEXTS[cfg.method.name]
     with context.database(db_path) as con:
-        texts = get_artifacts(con, [o[k] for o in outputs.values() for k in ("teacher_outputs", "candidates")])
+        texts = get_artifacts(con, [o[k] for o in outputs.values() for k in ("teacher_outputs", source)])
         keys = {
             q: {
+                **o,
                 "teachers": artifact_key("teacher_embeddings", [o["teacher_outputs"]], params),
-                "candidates": artifact_key("candidate_embeddings", [o["candidates"]], params),
-                "candidate_texts": o["candidates"],
+                name: artifact_key(stage, [o[source]], params),
+                texts_name: o[source],
             }
             for q, o in outputs.items()
         }
         jobs = [(q, "teachers", "teacher_outputs", True) for q in outputs]
-        jobs += [(q, "candidates", "candidates", False) for q in outputs if not has_artifact(con, keys[q]["candidates"])]
+        jobs += [(q, name, source, False) for q in outputs if not has_artifact(con, keys[q][name])]
         flat = [t for q, _, src, _ in jobs for t in texts[outputs[q][src]]]
         vectors = context.encoder(cfg).encode(flat, progress=True) if flat else np.zeros((0, 0), np.float32)
         start = 0
         for q, kind, src, private in jobs:
             n = len(texts[outputs[q][src]])
-            put_artifact(con, keys[q][kind], f"{kind[:-1]}_embeddings",
+            put_artifact(con, keys[q][kind], "teacher_embeddings" if private else stage,
                          cfg.backlog, q, vectors[start:start + n], private=private, run_id=run_id)
             start += n
     get_run_logger().info("embedded %d texts", len(flat))

@@ -1,8 +1,8 @@
 """Stage 3 — infer: every teacher prompt of a batch of queries in one backend call.
 
 Text methods (esa, ksa-*) generate greedily; classification (rnm) scores the label tokens after each prompt and
-each teacher votes for its most likely label. ESA also samples public zero-shot candidates, cached by content
-key across runs.
+each teacher votes for its most likely label. ESA also samples public zero-shot candidates, and sga / ksa-public
+run the public ensemble; both are public and cached by content key across runs.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import asdict
 import numpy as np
 from prefect import get_run_logger, task
 
-from dpicl.config import Config
+from dpicl.config import PUBLIC_METHODS, Config
 from dpicl.inference.base import GenerationParams, require
 from dpicl.storage.artifacts import artifact_key, get_artifacts, has_artifact, put_artifact
 from dpicl.tasks import context
@@ -37,7 +37,8 @@ def label_votes(backend, prompts: list[str], cfg: Config) -> list[int]:
 
 @task(name="infer", **STAGE)
 def infer(config_path: str, db_path: str, run_id: str, prompts: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-    """Returns {query id: {"teacher_outputs" | "teacher_votes": key, ["candidates": key], "zero_shot": key}}."""
+    """Returns {query id: {"teacher_outputs" | "teacher_votes": key, ["candidates": key], "zero_shot": key,
+    ["public_outputs": key, "public_example": key]}}."""
     cfg = context.config(config_path)
     classify = cfg.task.type == "classification"
     stage = "teacher_votes" if classify else "teacher_outputs"
@@ -57,13 +58,34 @@ def infer(config_path: str, db_path: str, run_id: str, prompts: dict[str, dict[s
             put_artifact(con, key, stage, cfg.backlog, query_id, outputs[start:start + n], private=True, run_id=run_id)
             keys[query_id] = {stage: key, "zero_shot": p["zero_shot"]}
             start += n
-        cached = 0
+        cached = None
         if cfg.method.name == "esa":
             cached = _sample_candidates(con, cfg, run_id, prompts, keys)
+        elif cfg.method.name in PUBLIC_METHODS:
+            cached = _public_outputs(con, cfg, run_id, prompts, keys)
     get_run_logger().info("%d teacher %s for %d queries%s", len(flat), "votes" if classify else "outputs",
-                          len(prompts), f"; zero-shot candidates cached for {cached}" if cfg.method.name == "esa"
-                          else "")
+                          len(prompts), "" if cached is None else f"; public outputs cached for {cached}")
     return keys
+
+
+def _public_outputs(con, cfg: Config, run_id: str, prompts: dict[str, dict[str, str]],
+                    keys: dict[str, dict[str, str]]) -> int:
+    """The public ensemble's greedy outputs (paper 004), generated once per public prompt set and cached."""
+    params = {"model": cfg.model.model_dump(), "generation": cfg.generation.model_dump()}
+    for query_id, p in prompts.items():
+        keys[query_id]["public_outputs"] = artifact_key("public_outputs", [p["public_prompts"]], params)
+        keys[query_id]["public_example"] = p["public_example"]
+    todo = [q for q in prompts if not has_artifact(con, keys[q]["public_outputs"])]
+    texts = get_artifacts(con, [prompts[q]["public_prompts"] for q in todo])
+    flat = [t for q in todo for t in texts[prompts[q]["public_prompts"]]]
+    outputs = context.backend(cfg).generate(flat, greedy_params(cfg), progress=True) if flat else []
+    start = 0
+    for query_id in todo:
+        n = len(texts[prompts[query_id]["public_prompts"]])
+        put_artifact(con, keys[query_id]["public_outputs"], "public_outputs", cfg.backlog, query_id,
+                     outputs[start:start + n], private=False, run_id=run_id)
+        start += n
+    return len(prompts) - len(todo)
 
 
 def _sample_candidates(con, cfg: Config, run_id: str, prompts: dict[str, dict[str, str]],

@@ -1,14 +1,17 @@
 """Stage 2 — prompt: each teacher's prompt (its own demonstrations + the query) and the public
-zero-shot prompt of each query."""
+zero-shot prompt of each query; for sga and ksa-public also the public ensemble's prompts (demonstrations from
+the public dataset) and a public one-shot example (the last demonstration of the first public teacher)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from prefect import get_run_logger, task
 
-from dpicl.prompts import render_prompt, zero_shot_prompt
-from dpicl.storage import get_queries, load_records
+from dpicl.config import PUBLIC_METHODS, Config
+from dpicl.prompts import public_ensemble, render_prompt, zero_shot_prompt
+from dpicl.storage import get_dataset, get_queries, load_records
 from dpicl.storage.artifacts import artifact_key, get_artifacts, put_artifact
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
@@ -16,13 +19,14 @@ from dpicl.tasks.common import STAGE
 
 @task(name="prompt", **STAGE)
 def prompt(config_path: str, db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict[str, str]]:
-    """Returns {query id: {"teachers": key, "zero_shot": key}}."""
+    """Returns {query id: {"teachers": key, "zero_shot": key, ["public_prompts": key, "public_example": key]}}."""
     cfg = context.config(config_path)
     task_cfg = cfg.task.model_dump()
     with context.database(db_path) as con:
         records = {r.record_id: r for r in load_records(con, cfg.private_dataset)}
         queries = get_queries(con, cfg.backlog, list(samples))
         drawn = get_artifacts(con, list(samples.values()))
+        public_records = functools.cache(lambda: _load_public(con, cfg))
         keys = {}
         for query_id, sample_key in samples.items():
             query = queries[query_id].input
@@ -42,5 +46,41 @@ def prompt(config_path: str, db_path: str, run_id: str, samples: dict[str, str])
                 "zero_shot_prompt", cfg.backlog, query_id, public, private=False, run_id=run_id,
             )
             keys[query_id] = {"teachers": teachers, "zero_shot": zero_shot}
+            if cfg.method.name in PUBLIC_METHODS:
+                keys[query_id].update(_public_ensemble(con, cfg, run_id, query_id, query, public_records()))
     get_run_logger().info("built prompts for %d queries", len(keys))
     return keys
+
+
+def _load_public(con, cfg: Config) -> list:
+    """The public dataset's records, after checking it really is public (never a private dataset by mistake)."""
+    dataset = get_dataset(con, cfg.public_dataset)
+    if dataset["kind"] != "public":
+        raise ValueError(f"public_dataset {cfg.public_dataset!r} was ingested as {dataset['kind']!r}; the public "
+                         "ensemble may only use a dataset ingested with kind public")
+    records = load_records(con, cfg.public_dataset)
+    if not records:
+        raise ValueError(f"public dataset {cfg.public_dataset!r} has no records")
+    return records
+
+
+def _public_ensemble(con, cfg: Config, run_id: str, query_id: str, query: str, records: list) -> dict[str, str]:
+    """The public teachers' prompts and the public one-shot example of one query (public artifacts, cached by
+    content: the draw is a function of the query and the public dataset)."""
+    m = cfg.method
+    digest = hashlib.sha256(query.encode()).hexdigest()
+    prompts, example = public_ensemble(cfg.task, [(r.input, r.output) for r in records], query, m.teachers,
+                                       m.shots, public_key(cfg.public_dataset, query))
+    params = {"public_dataset": cfg.public_dataset, "query_sha256": digest, "teachers": m.teachers,
+              "shots": m.shots, "task": cfg.task.model_dump()}
+    return {
+        "public_prompts": put_artifact(con, artifact_key("public_prompts", [], params), "public_prompts",
+                                       cfg.backlog, query_id, prompts, private=False, run_id=run_id),
+        "public_example": put_artifact(con, artifact_key("public_example", [], params), "public_example",
+                                       cfg.backlog, query_id, example, private=False, run_id=run_id),
+    }
+
+
+def public_key(public_dataset: str, query: str) -> str:
+    """What the public ensemble's draw for a query depends on (the same in every run: its outputs are cached)."""
+    return f"{public_dataset}\0{hashlib.sha256(query.encode()).hexdigest()}"

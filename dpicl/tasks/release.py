@@ -3,8 +3,11 @@ release with its ledger entry, atomically.
 
 * esa: the zero-shot candidate nearest the noisy mean (FAISS);
 * rnm: the name of the noisy-argmax label;
-* ksa-*: the LLM answers the public query with the DP keywords as hints (the reconstruction prompt); when
-  KSA-PTR's test failed, the zero-shot answer — either way post-processing of DP outputs and public text.
+* ksa-*: the LLM answers the public query with the DP keywords as hints (the reconstruction prompt; ksa-public
+  with a public one-shot example); when KSA-PTR's test failed, the zero-shot answer — either way
+  post-processing of DP outputs and public text;
+* sga: the public outputs nearest the largest noisy cluster centres are the candidates; the LLM picks one with a
+  public one-shot example (`select: llm`), or the first is released (`select: top1`, or only one candidate).
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from dpicl.config import Config
-from dpicl.embeddings.candidates import nearest_candidate
-from dpicl.prompts import keyword_prompt
+from dpicl.embeddings.candidates import nearest_candidate, public_candidates
+from dpicl.prompts import keyword_prompt, selection_prompt
 from dpicl.storage import get_queries
 from dpicl.storage.artifacts import get_artifacts
 from dpicl.storage.ledger import Reservation, record_release
@@ -29,6 +32,8 @@ PLAN_DETAILS = {
     "rnm": ("noise_multiplier", "sampling_rate"),
     "ksa-jem": ("epsilon_em", "sampling_rate"),
     "ksa-ptr": ("epsilon_em", "noise_multiplier", "delta0", "sampling_rate"),
+    "sga": ("em_epsilon", "count_epsilon", "noise_multiplier", "levels", "sampling_rate"),
+    "ksa-public": ("epsilon_em", "sampling_rate"),
 }
 
 
@@ -48,10 +53,12 @@ def _rnm_answers(con, cfg: Config, aggregates: dict[str, Any], features: dict[st
 
 def _ksa_answers(con, cfg: Config, aggregates: dict[str, Any], features: dict[str, dict[str, str]]):
     queries = get_queries(con, cfg.backlog, list(aggregates))
-    zero_shot = get_artifacts(con, [features[q]["zero_shot"] for q in aggregates])
+    public = get_artifacts(con, [features[q][k] for q in aggregates for k in ("zero_shot", "public_example")
+                                 if k in features[q]])
     prompts = [
-        zero_shot[features[q]["zero_shot"]] if result["keywords"] is None
-        else keyword_prompt(cfg.task, cfg.method.keyword_template, queries[q].input, result["keywords"])
+        public[features[q]["zero_shot"]] if result["keywords"] is None
+        else keyword_prompt(cfg.task, cfg.method.keyword_template, queries[q].input, result["keywords"],
+                            example=public.get(features[q].get("public_example"), ""))
         for q, result in aggregates.items()
     ]
     answers = context.backend(cfg).generate(prompts, greedy_params(cfg), progress=True) if prompts else []
@@ -59,7 +66,38 @@ def _ksa_answers(con, cfg: Config, aggregates: dict[str, Any], features: dict[st
         yield query_id, answer, {"keywords": result["keywords"]}
 
 
-ANSWERS = {"esa": _esa_answers, "rnm": _rnm_answers, "ksa-jem": _ksa_answers, "ksa-ptr": _ksa_answers}
+def sga_prompts(cfg: Config, query: str, candidates: list[str], example: str) -> str | None:
+    """The final selection prompt, or None when the first candidate is released as is."""
+    if cfg.method.select == "top1" or len(candidates) == 1:
+        return None
+    return selection_prompt(cfg.task, cfg.method.selection_template, query, candidates, example)
+
+
+def _sga_answers(con, cfg: Config, aggregates: dict[str, Any], features: dict[str, dict[str, str]]):
+    queries = get_queries(con, cfg.backlog, list(aggregates))
+    public = get_artifacts(con, [features[q][k] for q in aggregates for k in ("public", "public_texts",
+                                                                               "public_example")])
+    chosen, prompts = {}, {}
+    for query_id, result in aggregates.items():
+        keys = features[query_id]
+        texts = public[keys["public_texts"]]
+        chosen[query_id] = public_candidates(result["centres"], public[keys["public"]], texts, cfg.method.k)
+        prompt = sga_prompts(cfg, queries[query_id].input, [texts[i] for i in chosen[query_id]],
+                             public[keys["public_example"]])
+        if prompt is not None:
+            prompts[query_id] = prompt
+    answers = context.backend(cfg).generate(list(prompts.values()), greedy_params(cfg), progress=True) \
+        if prompts else []
+    picked = dict(zip(prompts, answers, strict=True))
+    for query_id, result in aggregates.items():
+        texts = public[features[query_id]["public_texts"]]
+        answer = picked.get(query_id, texts[chosen[query_id][0]])
+        yield query_id, answer, {"candidate_indices": chosen[query_id], "clusters": len(result["counts"]),
+                                 "llm_selection": query_id in picked}
+
+
+ANSWERS = {"esa": _esa_answers, "rnm": _rnm_answers, "ksa-jem": _ksa_answers, "ksa-ptr": _ksa_answers,
+           "sga": _sga_answers, "ksa-public": _ksa_answers}
 
 
 @task(name="release", **STAGE)

@@ -29,7 +29,11 @@ def _slug(name: str) -> str:
 def plan_options(cfg: Config) -> dict:
     """Method settings of the config that shape the per-query plan (beyond q, T, ε, δ)."""
     m = cfg.method
-    return {"delta0_fraction": m.delta0_fraction, "em_epsilon": m.em_epsilon} if m.name == "ksa-ptr" else {}
+    if m.name == "ksa-ptr":
+        return {"delta0_fraction": m.delta0_fraction, "em_epsilon": m.em_epsilon}
+    if m.name == "sga":
+        return {"levels": m.levels, "em_epsilon": m.em_epsilon, "count_epsilon": m.count_epsilon}
+    return {}
 
 
 @task(name="open-run", **STAGE)
@@ -47,7 +51,8 @@ def open_run(config_path: str, db_path: str) -> dict:
         flow_run_id = runtime.flow_run.id
         create_run(con, run_id, method.name, cfg.private_dataset, cfg.backlog, cfg.model_dump(mode="json"),
                    str(flow_run_id) if flow_run_id else None)
-    numbers = {k: v for k, v in plan.items() if isinstance(v, (int, float, str)) and k != "budget"}
+    numbers = {k: v for k, v in plan.items() if k != "budget" and (isinstance(v, (int, float, str)) or (
+        isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)))}
     get_run_logger().info("run %s: %s per query, planned for %d queries at ε=%g, δ=%g: %s", run_id, method.name,
                           method.planned_queries, budget.epsilon, budget.delta, numbers)
     return {

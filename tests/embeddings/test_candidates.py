@@ -59,3 +59,19 @@ def test_set_faiss_threads():
 
     set_faiss_threads(1)
     assert faiss.omp_get_max_threads() == 1
+
+
+def test_public_candidates_follow_the_cluster_order_skip_repeated_texts_and_stop_at_k():
+    from dpicl.embeddings.candidates import public_candidates
+
+    rng = np.random.default_rng(0)
+    public = rng.normal(size=(6, 5))
+    public /= np.linalg.norm(public, axis=1, keepdims=True)
+    texts = ["a", "b", "a", "c", "d", "e"]  # rows 0 and 2 are the same text
+    centres = [public[2] * 0.3, public[0] * 2, public[4], public[1], public[5]]
+    chosen = public_candidates(centres, public, texts, k=3)
+    assert chosen == [2, 4, 1], "nearest public output per centre, in order, repeated text 'a' skipped"
+    assert public_candidates(centres, public, texts, k=10) == [2, 4, 1, 5]
+    assert public_candidates([], public, texts, k=3) == []
+    with pytest.raises(ValueError, match="public texts"):
+        public_candidates(centres, public, texts[:-1], k=3)

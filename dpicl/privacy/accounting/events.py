@@ -161,3 +161,56 @@ class SubsampledPTREvent(PrivacyEvent):
         """q(1−δ0)/(1−q·δ0): the rate at which the conditional mechanism is amplified (Thm 12)."""
         q, d0 = self.sampling_rate, self.delta0
         return q * (1 - d0) / (1 - q * d0)
+
+
+@dataclass(frozen=True)
+class SubsampledDPMEvent(PrivacyEvent):
+    """One SGA query (paper 004; MECHANISMS §5, §12.1 items 8–9): DPM private clustering on a Poisson subsample.
+
+    The records enter the query independently with probability ``sampling_rate`` (add/remove neighbours); one
+    sampled record changes one private teacher output, i.e. replaces one embedding point of the clustering. On
+    those points the mechanism releases, per depth i of the tree, the split choices of the nodes at that depth
+    (exponential mechanisms, each ``em_epsilons[i]``-DP for one point added to or removed from its node) and the
+    Laplace counts of the children created at depth i+1 (``count_epsilons[i]``-DP per count, sensitivity 1),
+    then the leaf sums with Gaussian noise of std ``sensitivity * noise_multiplier`` (unit-norm points: a
+    replaced point moves the vector of leaf sums by ≤ 2). A replaced point leaves one node and enters at most
+    one other at every depth, so each depth is charged ``nodes_per_level`` (= 2) exponential mechanisms and
+    ``nodes_per_level`` Laplace counts. The root count (the number of points) and the split interval width
+    (from public points) are public. ``mechanism`` is a label.
+    """
+
+    kind: ClassVar[str] = "subsampled_dpm"
+
+    em_epsilons: tuple[float, ...]
+    count_epsilons: tuple[float, ...]
+    noise_multiplier: float
+    sampling_rate: float
+    sensitivity: float = 2.0
+    nodes_per_level: int = 2
+    mechanism: str = "sga"
+
+    def __post_init__(self) -> None:
+        for name in ("em_epsilons", "count_epsilons"):
+            values = tuple(float(v) for v in getattr(self, name))
+            object.__setattr__(self, name, values)  # JSON gives lists; the event stays hashable
+            if not values:
+                raise ValueError(f"{name} must list one ε per level")
+            for v in values:
+                _check_positive(name, v)
+        if len(self.em_epsilons) != len(self.count_epsilons):
+            raise ValueError("em_epsilons and count_epsilons must have one entry per level each")
+        _check_positive("noise_multiplier", self.noise_multiplier)
+        _check_subsampled(self.sensitivity, self.sampling_rate)
+        if isinstance(self.nodes_per_level, bool) or not isinstance(self.nodes_per_level, int) \
+                or self.nodes_per_level < 1:
+            raise ValueError(f"nodes_per_level must be an integer >= 1, got {self.nodes_per_level!r}")
+
+    @property
+    def sigma(self) -> float:
+        """Noise standard deviation per coordinate of a leaf sum."""
+        return self.sensitivity * self.noise_multiplier
+
+    @property
+    def pure_epsilon(self) -> float:
+        """ε of the split choices and counts together (pure DP, before subsampling)."""
+        return self.nodes_per_level * (math.fsum(self.em_epsilons) + math.fsum(self.count_epsilons))

@@ -10,6 +10,10 @@ MECHANISMS §A.2. Per event, the Rényi-DP curve ε(α) of the base mechanism on
   amplification bound evaluated at the rate q(1−δ0)/(1−q·δ0) (001 Thm 12). Approximate-RDP composition adds the
   curves and adds the δ's, so a ledger carries the failure term Σ q_i·δ0_i over *all* its PTR events (the
   reference code subtracted one q·δ0 for 100 queries; MECHANISMS §12.1 item 3).
+* DPM/SGA query (004; ``SubsampledDPMEvent``): per level, ``nodes_per_level`` exponential mechanisms and as many
+  Laplace counts (Mironov 2017: 1/(α−1)·log[α/(2α−1)·e^{(α−1)ε} + (α−1)/(2α−1)·e^{−αε}]), bounded also as one
+  pure-DP mechanism of their total ε, plus the Gaussian leaf sums; ε(∞) = ∞. All parts see the same sample,
+  so the sum is amplified once.
 
 Then Poisson(q) subsampling with the general upper bound (autodp ``compose_poisson_subsampled_mechanisms1``,
 ``improved_bound_flag=False``; 003 Thm A.4), for integer m ≥ 2:
@@ -34,6 +38,7 @@ Looser than the PRV accountant for Gaussian events but sound, and it covers the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -43,6 +48,7 @@ from scipy.special import gammaln, logsumexp
 
 from .events import (
     PrivacyEvent,
+    SubsampledDPMEvent,
     SubsampledExponentialEvent,
     SubsampledGaussianEvent,
     SubsampledPTREvent,
@@ -67,6 +73,28 @@ def exponential_rdp(epsilon: float, alphas: Iterable[float]) -> np.ndarray:
     # (sinh(αε) − sinh((α−1)ε)) / sinh(ε) = cosh((α−½)ε) / cosh(ε/2)
     bs = (_log_cosh((a - 0.5) * eps) - _log_cosh(np.asarray(eps / 2))) / (a - 1)
     return np.minimum(np.minimum(a * eps * eps / 2, bs), eps)
+
+
+def laplace_rdp(epsilon: float, alphas: Iterable[float]) -> np.ndarray:
+    """RDP of the Laplace mechanism with scale Δ/ε (Mironov 2017, Prop 6), capped at ε:
+    1/(α−1)·log[α/(2α−1)·e^{(α−1)ε} + (α−1)/(2α−1)·e^{−αε}]."""
+    a = np.asarray(list(alphas), dtype=float)
+    if np.any(a <= 1):
+        raise ValueError("RDP orders must be > 1")
+    eps = float(epsilon)
+    log_moment = np.logaddexp(np.log(a / (2 * a - 1)) + (a - 1) * eps, np.log((a - 1) / (2 * a - 1)) - a * eps)
+    return np.minimum(log_moment / (a - 1), eps)
+
+
+def dpm_rdp(event: SubsampledDPMEvent, alphas: Iterable[float]) -> np.ndarray:
+    """RDP of one DPM query before subsampling: the split choices and counts of every level (each charged
+    ``nodes_per_level`` times), bounded also as one pure-DP mechanism of their total ε (the conversion holds for
+    any ε-DP mechanism), plus the Gaussian leaf sums."""
+    a = np.asarray(list(alphas), dtype=float)
+    n = event.nodes_per_level
+    parts = sum(n * exponential_rdp(e, a) for e in event.em_epsilons)
+    parts = parts + sum(n * laplace_rdp(e, a) for e in event.count_epsilons)
+    return np.minimum(parts, exponential_rdp(event.pure_epsilon, a)) + gaussian_rdp(event.noise_multiplier, a)
 
 
 def gaussian_rdp(noise_multiplier: float, alphas: Iterable[float]) -> np.ndarray:
@@ -146,7 +174,8 @@ class RDPAccountant:
         self._index = np.asarray(self.alphas) - 2  # the bound at order m needs every order 2..m
 
     def supports(self, event: PrivacyEvent) -> bool:
-        return isinstance(event, (SubsampledGaussianEvent, SubsampledExponentialEvent, SubsampledPTREvent))
+        return isinstance(event, (SubsampledGaussianEvent, SubsampledExponentialEvent, SubsampledPTREvent,
+                                  SubsampledDPMEvent))
 
     @staticmethod
     def _key(event: PrivacyEvent) -> tuple:
@@ -157,6 +186,8 @@ class RDPAccountant:
             return ("exponential", float(event.epsilon), float(event.sampling_rate))
         if isinstance(event, SubsampledPTREvent):
             return ("ptr", float(event.epsilon_em), float(event.noise_multiplier), float(event.amplified_rate))
+        if isinstance(event, SubsampledDPMEvent):
+            return ("dpm", dataclasses.replace(event, sampling_rate=1.0, mechanism=""), float(event.sampling_rate))
         raise UnsupportedEventError(f"RDP accountant cannot account for {type(event).__name__}")
 
     def _curve(self, key: tuple) -> np.ndarray:
@@ -167,6 +198,9 @@ class RDPAccountant:
         elif kind == "exponential":
             (eps,) = params
             base, eps_inf = (lambda a: exponential_rdp(eps, a)), eps
+        elif kind == "dpm":  # splits, counts and the Gaussian leaf sums on the same sample: amplified together
+            (event,) = params
+            base, eps_inf = (lambda a: dpm_rdp(event, a)), math.inf
         else:  # ptr: FindBestK and the PTR test compose; the conditional mechanism has no finite ε(∞)
             eps_em, nm = params
             base, eps_inf = (lambda a: gaussian_rdp(nm, a) + exponential_rdp(eps_em, a)), math.inf
@@ -183,7 +217,7 @@ class RDPAccountant:
         self._check(events)
         counts = Counter(self._key(e) for e in events)
         total = np.zeros(len(self.alphas))
-        for key, count in sorted(counts.items()):
+        for key, count in sorted(counts.items(), key=lambda kv: repr(kv[0])):  # fixed order: same sum
             total += count * self._curve(key)
         return total
 

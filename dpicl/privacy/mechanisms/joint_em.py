@@ -154,9 +154,9 @@ def sample_topk(
     return order[np.asarray(seq, dtype=np.int64)]
 
 
-def cost(epsilon: float, sampling_rate: float) -> SubsampledExponentialEvent:
+def cost(epsilon: float, sampling_rate: float, mechanism: str = MECHANISM) -> SubsampledExponentialEvent:
     """Privacy event of one KSA joint-EM query (ε-DP exponential mechanism, utility sensitivity 2)."""
-    return SubsampledExponentialEvent(epsilon, sampling_rate, sensitivity=SENSITIVITY, mechanism=MECHANISM)
+    return SubsampledExponentialEvent(epsilon, sampling_rate, sensitivity=SENSITIVITY, mechanism=mechanism)
 
 
 def _check_target(sampling_rate: float, queries: int, epsilon: float, delta: float) -> None:

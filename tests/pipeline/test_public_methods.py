@@ -1,0 +1,111 @@
+"""The answer_backlog flow with paper 004's public-data methods (fake models): sga and ksa-public show the LLM
+public text only, and every query is charged."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from dpicl.keywords import keywords
+from dpicl.storage.db import connect
+from tests.pipeline.conftest import N_QUERIES, PLANNED, write_jsonl
+from tests.pipeline.test_methods import _run, _with_method
+
+pytestmark = pytest.mark.slow  # each flow run starts Prefect
+
+
+@pytest.fixture
+def public_env(pipeline_env, tmp_path):
+    """The tiny pipeline with a public dataset and a backend that records every prompt it is given."""
+    from dpicl.storage.ingest import FieldMap, ingest_dataset
+    from dpicl.tasks import context
+
+    config, db = pipeline_env
+    public = write_jsonl(tmp_path / "public.jsonl", [
+        {"id": f"p{i}", "text": f"public example {i}", "summary": f"public answer {i}"} for i in range(30)
+    ])
+    con = connect(db)
+    ingest_dataset(con, public, "tiny-public", "public", "summarization", FieldMap(id="id", input="text",
+                                                                                    output="summary"))
+    con.close()
+    raw = yaml.safe_load(open(config))
+    raw["public_dataset"] = "tiny-public"
+    open(config, "w").write(yaml.safe_dump(raw))
+    backend = context.backend(None)
+    prompts: list[str] = []
+    generate = backend.generate
+
+    def recording(batch, params, *, progress=False):
+        prompts.extend(batch)
+        return generate(batch, params, progress=progress)
+
+    backend.generate = recording
+    return config, db, prompts
+
+
+def _public_outputs(db: str) -> set[str]:
+    con = connect(db, read_only=True)
+    try:
+        from dpicl.storage.artifacts import _decode
+
+        rows = con.execute("SELECT format, payload FROM artifacts WHERE stage = 'public_outputs'").fetchall()
+        assert rows and all(not p for (p,) in con.execute(
+            "SELECT private FROM artifacts WHERE stage IN ('public_outputs', 'public_prompts', 'public_example')"
+        ).fetchall()), "public ensemble artifacts must exist and be marked public"
+        return {text for fmt, payload in rows for text in _decode(fmt, payload)}
+    finally:
+        con.close()
+
+
+def test_sga_shows_the_llm_only_public_candidates_and_charges_a_dpm_event(public_env):
+    config, db, prompts = public_env
+    _with_method(config, {"name": "sga", "levels": 2, "k": 3, "select": "llm",
+                          "selection_template": "{example}\n\nInput:\n{input}\nPick one of: [{candidates}]\nOutput:"})
+    result, releases, events, details, summary = _run(config, db)
+    assert result["answered"] == PLANNED and result["refused_budget"] == N_QUERIES - PLANNED
+    assert all(e.kind == "subsampled_dpm" and e.sensitivity == 2 and e.nodes_per_level == 2 for e in events)
+    public = _public_outputs(db)
+    selections = [p for p in prompts if "Pick one of:" in p]
+    assert selections, "the LLM selection step never ran"
+    for p in selections:
+        candidates = re.search(r"Pick one of: \[(.*)\]\nOutput:", p, re.S).group(1).split(",\n")
+        assert 1 <= len(candidates) <= 3 and set(candidates) <= public, "a candidate that is not a public output"
+        assert "private" not in p, "private text reached the selection prompt"
+        assert re.search(r"public example \d+\n.*public answer \d+", p), "the public one-shot example is missing"
+    assert all(1 <= len(d["candidate_indices"]) <= 3 for d in details)
+    assert summary["epsilon_spent"] <= summary["epsilon_limit"]
+
+
+def test_sga_top1_releases_a_public_output_without_asking_the_llm(public_env):
+    config, db, prompts = public_env
+    _with_method(config, {"name": "sga", "levels": 2, "select": "top1"})
+    result, releases, events, details, _ = _run(config, db)
+    assert result["answered"] == PLANNED
+    assert {r["answer"] for r in releases} <= _public_outputs(db)
+    assert not any(d["llm_selection"] for d in details)
+
+
+def test_ksa_public_keywords_come_from_public_text_only(public_env):
+    config, db, prompts = public_env
+    _with_method(config, {"name": "ksa-public", "k": 2})
+    result, releases, events, details, summary = _run(config, db)
+    assert result["answered"] == PLANNED
+    assert all(e.kind == "subsampled_exponential" and e.mechanism == "ksa_public" for e in events)
+    public_words = {w for t in _public_outputs(db) for w in keywords(t)}
+    public_words |= {w for i in range(N_QUERIES) for w in keywords(f"Input:\nincoming ticket {i}\nOutput:")}
+    for d in details:
+        assert len(d["keywords"]) == 2 and set(d["keywords"]) <= public_words
+    hinted = [p for p in prompts if "word suggestions" in p]
+    assert hinted and all(re.search(r"public example \d+", p) and "private" not in p for p in hinted)
+
+
+def test_a_private_dataset_named_as_public_is_refused(public_env):
+    config, db, _ = public_env
+    raw = yaml.safe_load(open(config))
+    raw["public_dataset"] = "tiny"  # the private dataset
+    open(config, "w").write(yaml.safe_dump(raw))
+    _with_method(config, {"name": "sga"})
+    with pytest.raises(ValueError, match="ingested as 'private'"):
+        _run(config, db)

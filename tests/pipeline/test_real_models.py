@@ -67,3 +67,23 @@ def test_ksa_joint_em_answers_with_the_reconstruction_prompt(tmp_path):
                    "q2": {"Review", "tedious", "empty", "film", "Summary"}}
     for r in _releases(db):
         assert len(r["details"]["keywords"]) == 2 and set(r["details"]["keywords"]) <= query_words[r["query_id"]]
+
+
+def test_sga_picks_among_public_outputs_with_the_real_encoder_and_model(tmp_path):
+    rows = [{"id": str(i), "x": r, "y": f"The review says the film is {r.split()[1]}"} for i, r in enumerate(REVIEWS)]
+    task = {"demo_template": "Review: {input}\nSummary: {output}", "query_template": "Review: {input}\nSummary:"}
+    method = {"name": "sga", "levels": 2, "k": 2,
+              "selection_template": "{example}\nReview: {input}\nPick the best summary of [{candidates}]:"}
+    config, db = _env(tmp_path, "summarization", method, task, rows)
+    con = connect(db)
+    public = [{"id": f"p{i}", "x": r, "y": f"A viewer finds it {r.split()[-1]}"} for i, r in
+              enumerate(["a gripping thriller", "a flat comedy", "an uneven drama", "a tender romance"])]
+    ingest_dataset(con, write_jsonl(tmp_path / "public.jsonl", public), "pub", "public", "summarization",
+                   FieldMap(id="id", input="x", output="y"))
+    con.close()
+    raw = yaml.safe_load(open(config))
+    open(config, "w").write(yaml.safe_dump({**raw, "public_dataset": "pub"}))
+    assert answer_backlog(config=config, db=db)["answered"] == 2
+    for r in _releases(db):
+        assert r["mechanism"] == "sga" and r["epsilon_cost"] > 0
+        assert 1 <= len(r["details"]["candidate_indices"]) <= 2

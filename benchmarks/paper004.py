@@ -8,7 +8,8 @@ Settings come from the bundled configs (`dpicl/configs/<task>-sga.yaml`, `<task>
 and public pools are a disjoint 2:1 split of the training file, the queries come from the test file. Every query's
 private and public teachers answer once and each mechanism aggregates those answers at every ε, the budget planned
 for the number of queries (δ = 1/|private pool|^1.1, below 1/n). ROUGE-1/2/L F1 with the Porter stemmer, as paper
-004 scores; for ChatDoctor also BLEU-1 (NLTK, smoothing 4). "few-shot" is the mean over the private teachers,
+004 scores; for ChatDoctor also BLEU-1 (NLTK, smoothing 4) and METEOR (when NLTK's WordNet data is installed).
+"few-shot" is the mean over the private teachers,
 "public few-shot" over the public ones. One repetition.
 """
 
@@ -25,7 +26,7 @@ from paper001 import stage, timings  # run as a script: benchmarks/ is on sys.pa
 from dpicl import planning
 from dpicl.config import load_config
 from dpicl.embeddings.candidates import public_candidates
-from dpicl.keywords import keywords
+from dpicl.keywords import keywords, words  # words: nltk.word_tokenize without NLTK data
 from dpicl.metrics import rouge
 from dpicl.privacy.mechanisms import dpm, joint_em
 from dpicl.privacy.rng import make_rng
@@ -38,25 +39,42 @@ from dpicl.tasks import context
 from dpicl.tasks.aggregate import AGGREGATORS, public_domain
 from dpicl.tasks.infer import greedy_params
 from dpicl.tasks.prompt import public_key
-from dpicl.tasks.release import sga_prompts
+from dpicl.tasks.release import sga_prompt
 from dpicl.tasks.run import plan_options
 
 INF = float("inf")
 
 
 def bleu1(answers: list[str], references: list[str]) -> float:
-    from nltk.tokenize import word_tokenize
     from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
     smooth = SmoothingFunction().method4
-    return 100 * float(np.mean([sentence_bleu([word_tokenize(r)], word_tokenize(a), weights=(1, 0, 0, 0),
+    return 100 * float(np.mean([sentence_bleu([words(r)], words(a), weights=(1, 0, 0, 0),
                                               smoothing_function=smooth) for a, r in zip(answers, references)]))
+
+
+def meteor(answers: list[str], references: list[str]) -> float | None:
+    """NLTK METEOR × 100 as 004 computes it, or None when NLTK's WordNet data is not installed (it is a separate
+    download, and the hub/NLTK servers are out of reach here)."""
+    from nltk.translate.meteor_score import meteor_score
+
+    try:
+        return 100 * float(np.mean([meteor_score([words(r)], words(a))
+                                    for a, r in zip(answers, references)]))
+    except LookupError:
+        return None
 
 
 def score(task: str, answers: list[str], references: list[str]) -> dict[str, float]:
     result = rouge(answers, references, stemmer=True)
     if task == "chatdoctor":
         result["bleu1"] = bleu1(answers, references)
+        value = meteor(answers, references)
+        if value is None:
+            print("METEOR skipped: NLTK's WordNet data is not installed (python -m nltk.downloader wordnet)",
+                  flush=True)
+        else:
+            result["meteor"] = value
     return result
 
 
@@ -160,7 +178,7 @@ def main() -> None:
                     chosen = [public_candidates(r["centres"], f["public"], f["public_outputs"], mcfg.method.k)
                               for r, f in zip(results, features)]
                     top1 = [f["public_outputs"][c[0]] for c, f in zip(chosen, features)]
-                    prompts = [sga_prompts(mcfg, q, [f["public_outputs"][i] for i in c], ex)
+                    prompts = [sga_prompt(mcfg, q, [f["public_outputs"][i] for i in c], ex)
                                for (q, _), c, f, ex in zip(queries, chosen, features, examples)]
                     picked = generate([p for p in prompts if p is not None])
                     it = iter(picked)

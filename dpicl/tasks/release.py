@@ -66,7 +66,7 @@ def _ksa_answers(con, cfg: Config, aggregates: dict[str, Any], features: dict[st
         yield query_id, answer, {"keywords": result["keywords"]}
 
 
-def sga_prompts(cfg: Config, query: str, candidates: list[str], example: str) -> str | None:
+def sga_prompt(cfg: Config, query: str, candidates: list[str], example: str) -> str | None:
     """The final selection prompt, or None when the first candidate is released as is."""
     if cfg.method.select == "top1" or len(candidates) == 1:
         return None
@@ -82,7 +82,7 @@ def _sga_answers(con, cfg: Config, aggregates: dict[str, Any], features: dict[st
         keys = features[query_id]
         texts = public[keys["public_texts"]]
         chosen[query_id] = public_candidates(result["centres"], public[keys["public"]], texts, cfg.method.k)
-        prompt = sga_prompts(cfg, queries[query_id].input, [texts[i] for i in chosen[query_id]],
+        prompt = sga_prompt(cfg, queries[query_id].input, [texts[i] for i in chosen[query_id]],
                              public[keys["public_example"]])
         if prompt is not None:
             prompts[query_id] = prompt

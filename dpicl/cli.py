@@ -196,10 +196,10 @@ def plan(
         help="ksa-ptr: share of δ for the PTR failures of all queries, δ0 = share·δ/(q·T) (default 0.5)")] = None,
     em_epsilon: Annotated[Optional[float], typer.Option(
         help="ksa-ptr: per-query FindBestK ε (default: T of them spend half of ε); sga: per-query ε of the split "
-             "choices, summed over the levels (default: T of them spend a quarter of ε)")] = None,
+             "choices, summed over the levels (default: with the counts, 25:15, T of them spend 40 % of ε)")] = None,
     levels: Annotated[Optional[int], typer.Option(help="sga: levels of the DPM tree (default: as in the config, 3)")] = None,
     count_epsilon: Annotated[Optional[float], typer.Option(
-        help="sga: per-query ε of the noisy counts, summed over the levels (default: T of them spend 15 % of ε)")]
+        help="sga: per-query ε of the noisy counts, summed over the levels (default: see --em-epsilon)")]
     = None,
     db: DbOption = None,
     as_json: JsonOption = False,

@@ -197,7 +197,8 @@ def plan(
     em_epsilon: Annotated[Optional[float], typer.Option(
         help="ksa-ptr: per-query FindBestK ε (default: T of them spend half of ε); sga: per-query ε of the split "
              "choices, summed over the levels (default: with the counts, 25:15, T of them spend 40 % of ε)")] = None,
-    levels: Annotated[Optional[int], typer.Option(help="sga: levels of the DPM tree (default: as in the config, 3)")] = None,
+    levels: Annotated[Optional[int], typer.Option(
+        help="sga: levels of the DPM tree (default: as in the config, 3)")] = None,
     count_epsilon: Annotated[Optional[float], typer.Option(
         help="sga: per-query ε of the noisy counts, summed over the levels (default: see --em-epsilon)")]
     = None,

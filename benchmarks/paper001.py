@@ -59,6 +59,22 @@ def stage(name: str):
     timings[name] += time.perf_counter() - start
 
 
+def report(rows: dict[str, dict[str, float]], metrics: list[str], json_path: Path | None, meta: dict) -> None:
+    """Print the results and the time per stage as markdown tables; also write them as JSON when asked."""
+    print()
+    print("| setting | " + " | ".join(metrics) + " |")
+    print("|---|" + "---|" * len(metrics))
+    for name, r in rows.items():
+        print(f"| {name} | " + " | ".join(f"{r[k]:.2f}" if k in r else "" for k in metrics) + " |")
+    print()
+    print("| stage | seconds |")
+    print("|---|---|")
+    for name, seconds in timings.items():
+        print(f"| {name} | {seconds:.1f} |")
+    if json_path:
+        json_path.write_text(json.dumps({**meta, "rows": rows, "timings_s": timings}, indent=2))
+
+
 def score(cfg, answers: list[str], references: list[str]) -> dict[str, float]:
     if cfg.task.type == "classification":
         return {"accuracy": accuracy(answers, references)}
@@ -195,20 +211,8 @@ def main() -> None:
             print(f"{label}: {rows[label]}", flush=True)
 
     metrics = sorted({k for r in rows.values() for k in r}, key=lambda k: (k.startswith("ptr"), k))
-    print()
-    print("| setting | " + " | ".join(metrics) + " |")
-    print("|---|" + "---|" * len(metrics))
-    for name, r in rows.items():
-        print(f"| {name} | " + " | ".join(f"{r[k]:.2f}" if k in r else "" for k in metrics) + " |")
-    print()
-    print("| stage | seconds |")
-    print("|---|---|")
-    for name, seconds in timings.items():
-        print(f"| {name} | {seconds:.1f} |")
-    if args.json:
-        args.json.write_text(json.dumps({"task": args.task, "queries": len(queries), "teachers": n, "shots": shots,
-                                         "sampling_rate": rate, "delta": delta, "rows": rows,
-                                         "timings_s": timings}, indent=2))
+    report(rows, metrics, args.json, {"task": args.task, "queries": len(queries), "teachers": n, "shots": shots,
+                                      "sampling_rate": rate, "delta": delta})
 
 
 if __name__ == "__main__":

@@ -16,12 +16,11 @@ for the number of queries (δ = 1/|private pool|^1.1, below 1/n). ROUGE-1/2/L F1
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from paper001 import stage, timings  # run as a script: benchmarks/ is on sys.path
+from paper001 import report, stage  # run as a script: benchmarks/ is on sys.path
 
 from dpicl import planning
 from dpicl.config import load_config
@@ -194,20 +193,8 @@ def main() -> None:
             print(f"{label}: {rows[label]}", flush=True)
 
     metrics = sorted({k for r in rows.values() for k in r}, key=lambda k: (k == "clusters", k))
-    print()
-    print("| setting | " + " | ".join(metrics) + " |")
-    print("|---|" + "---|" * len(metrics))
-    for name, r in rows.items():
-        print(f"| {name} | " + " | ".join(f"{r[k]:.2f}" if k in r else "" for k in metrics) + " |")
-    print()
-    print("| stage | seconds |")
-    print("|---|---|")
-    for name, seconds in timings.items():
-        print(f"| {name} | {seconds:.1f} |")
-    if args.json:
-        args.json.write_text(json.dumps({"task": args.task, "queries": len(queries), "teachers": n, "shots": shots,
-                                         "sampling_rate": rate, "delta": delta, "rows": rows,
-                                         "timings_s": timings}, indent=2))
+    report(rows, metrics, args.json, {"task": args.task, "queries": len(queries), "teachers": n, "shots": shots,
+                                      "sampling_rate": rate, "delta": delta})
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ class PrivacyEvent:
     """Base class; subclasses set a unique ``kind`` and are registered for deserialisation."""
 
     kind: ClassVar[str] = ""
+    # which datasets count as neighbours: one record added or removed, or one record replaced by another
+    neighbouring: ClassVar[str] = "add_remove"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -214,3 +216,127 @@ class SubsampledDPMEvent(PrivacyEvent):
     def pure_epsilon(self) -> float:
         """ε of the split choices and counts together (pure DP, before subsampling)."""
         return self.nodes_per_level * (math.fsum(self.em_epsilons) + math.fsum(self.count_epsilons))
+
+
+@dataclass(frozen=True)
+class SubsampledPureDPEvent(PrivacyEvent):
+    """One ``epsilon``-DP mechanism on a Poisson(``sampling_rate``) subsample (add/remove neighbours), with no
+    further structure the accountant may use — e.g. report-noisy-max with exponential noise (paper 002).
+
+    Amplified to ε̄ = log(1 + q(e^ε − 1)); the PRV accountant composes it as randomized response with ε̄ (the
+    worst ε̄-DP mechanism, 002's ``PureDPMechanism``), the RDP accountant with the pure-DP bound (Bun–Steinke,
+    which holds for every ε-DP mechanism). ``sensitivity`` is the one the mechanism used; ``mechanism`` a label.
+    """
+
+    kind: ClassVar[str] = "subsampled_pure_dp"
+
+    epsilon: float
+    sampling_rate: float
+    sensitivity: float
+    mechanism: str = ""
+
+    def __post_init__(self) -> None:
+        _check_positive("epsilon", self.epsilon)
+        _check_subsampled(self.sensitivity, self.sampling_rate)
+
+    @property
+    def amplified_epsilon(self) -> float:
+        """ε̄ = log(1 + q(e^ε − 1)) (Balle et al. 2018; 002 Thm A.5)."""
+        return math.log1p(self.sampling_rate * math.expm1(self.epsilon))
+
+
+def _check_order(alpha: int) -> None:
+    if isinstance(alpha, bool) or not isinstance(alpha, int) or alpha < 2:
+        raise ValueError(f"alpha must be an integer Rényi order >= 2, got {alpha!r}")
+
+
+@dataclass(frozen=True)
+class DPSMozoEvent(PrivacyEvent):
+    """``tokens`` token steps of DPS-MOZO (paper 000, Alg 1; MECHANISMS §7) — **substitution** neighbours.
+
+    Every step draws ``sampling_rate``·|D| demonstrations without replacement and mixes each one-shot
+    distribution with the public zero-shot one inside the Rényi ball D↔_α ≤ ``beta``·α; the paper's Thm B.3 makes
+    a step (α, 4βα)-RDP — hence 4βα at every order ≤ α (Rényi divergence grows with the order) and nothing known
+    above α — and amplifies it with Wang et al. 2019's bound for sampling without replacement. That is the
+    paper's claim; MECHANISMS §7 and §12.1 item 15 record why its proof has gaps (docs/PRIVACY.md). Being for
+    substitution neighbours, it cannot be composed with add/remove events in one ledger.
+    """
+
+    kind: ClassVar[str] = "dps_mozo"
+    neighbouring: ClassVar[str] = "substitution"
+
+    beta: float
+    alpha: int
+    sampling_rate: float
+    tokens: int
+    mechanism: str = "dps_mozo"
+
+    def __post_init__(self) -> None:
+        _check_positive("beta", self.beta)
+        _check_order(self.alpha)
+        _check_positive("sampling_rate", self.sampling_rate)
+        if self.sampling_rate > 1:
+            raise ValueError(f"sampling_rate must be in (0, 1], got {self.sampling_rate!r}")
+        if isinstance(self.tokens, bool) or not isinstance(self.tokens, int) or self.tokens < 1:
+            raise ValueError(f"tokens must be an integer >= 1, got {self.tokens!r}")
+
+
+@dataclass(frozen=True)
+class FixedOrderRDPEvent(PrivacyEvent):
+    """A Rényi-DP bound ``rdp`` at the single integer order ``alpha`` of a mechanism without subsampling (add/remove
+    neighbours); being a bound at α it holds at every order ≤ α too, and nothing is known above α.
+
+    AdaPMixED (paper 003; MECHANISMS §8) charges a query this way: its data-independent upper bound, the noisy
+    screening plus the PMixED bound of every token, at the order α its Rényi balls are drawn for.
+    """
+
+    kind: ClassVar[str] = "fixed_order_rdp"
+
+    alpha: int
+    rdp: float
+    mechanism: str = ""
+
+    def __post_init__(self) -> None:
+        _check_order(self.alpha)
+        _check_positive("rdp", self.rdp)
+
+
+@dataclass(frozen=True)
+class PublicDataEvent(PrivacyEvent):
+    """A release computed from public data and earlier DP releases only (e.g. in-context learning with DP synthetic
+    demonstrations): post-processing, so it costs nothing. It exists so that every release has its ledger entry."""
+
+    kind: ClassVar[str] = "public_data"
+
+    mechanism: str = ""
+
+
+@dataclass(frozen=True)
+class ComposedEvent(PrivacyEvent):
+    """``count`` applications of ``event`` charged as one ledger entry (e.g. every token step of a DP synthetic
+    demonstration set, paper 002). Accountants compose it exactly as ``count`` separate copies."""
+
+    kind: ClassVar[str] = "composed"
+
+    event: PrivacyEvent
+    count: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.event, dict):  # read back from JSON
+            object.__setattr__(self, "event", event_from_dict(self.event))
+        if not isinstance(self.event, PrivacyEvent) or isinstance(self.event, ComposedEvent):
+            raise ValueError("a ComposedEvent wraps one (non-composed) privacy event")
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise ValueError(f"count must be an integer >= 1, got {self.count!r}")
+
+    @property
+    def neighbouring(self) -> str:  # type: ignore[override]
+        return self.event.neighbouring
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "event": self.event.to_dict(), "count": self.count}
+
+
+def flatten(events) -> list[tuple[PrivacyEvent, int]]:
+    """(event, multiplicity) pairs with every ComposedEvent unwrapped."""
+    return [(e.event, e.count) if isinstance(e, ComposedEvent) else (e, 1) for e in events]

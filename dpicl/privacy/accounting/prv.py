@@ -12,8 +12,17 @@ from collections.abc import Sequence
 
 from prv_accountant import PRVAccountant as _LibPRVAccountant
 from prv_accountant import PoissonSubsampledGaussianMechanism
+from prv_accountant.privacy_random_variables import PureDPMechanism
 
-from .events import PrivacyEvent, SubsampledGaussianEvent, UnsupportedEventError
+from .events import (
+    ComposedEvent,
+    PrivacyEvent,
+    PublicDataEvent,
+    SubsampledGaussianEvent,
+    SubsampledPureDPEvent,
+    UnsupportedEventError,
+    flatten,
+)
 
 # eps_up = estimate + eps_error. 0.005 keeps a 100-event check near a second on a laptop core and is tight
 # enough that the papers' noise multipliers (find_noise_multiplier, eps_error=0.01) already certify.
@@ -21,8 +30,23 @@ DEFAULT_EPS_ERROR = 0.005
 DEFAULT_DELTA_ERROR = 1e-10
 
 
+def _prv_key(event: PrivacyEvent) -> tuple:
+    """What an event's privacy random variable depends on (labels and absolute noise scales do not matter)."""
+    if isinstance(event, SubsampledGaussianEvent):
+        return ("gaussian", float(event.noise_multiplier), float(event.sampling_rate))
+    # pure DP, amplified: composed as randomized response, the worst ε̄-DP mechanism
+    return ("pure_dp", float(event.amplified_epsilon))
+
+
+def _prv(key: tuple):
+    if key[0] == "gaussian":
+        return PoissonSubsampledGaussianMechanism(noise_multiplier=key[1], sampling_probability=key[2])
+    return PureDPMechanism(key[1])
+
+
 class PRVAccountant:
-    """Upper-bound ε for lists of Poisson-subsampled Gaussian events (add/remove neighbours)."""
+    """Upper-bound ε for lists of Poisson-subsampled Gaussian and pure-DP events (add/remove neighbours), also
+    inside ``ComposedEvent``s; ``PublicDataEvent``s cost nothing."""
 
     name = "prv"
 
@@ -33,7 +57,9 @@ class PRVAccountant:
         self.delta_error = delta_error
 
     def supports(self, event: PrivacyEvent) -> bool:
-        return isinstance(event, SubsampledGaussianEvent)
+        if isinstance(event, ComposedEvent):
+            event = event.event
+        return isinstance(event, (SubsampledGaussianEvent, SubsampledPureDPEvent, PublicDataEvent))
 
     def epsilon(self, events: Sequence[PrivacyEvent], delta: float) -> float:
         """Sound upper bound on ε of composing ``events`` at ``delta``; 0.0 for no events."""
@@ -42,18 +68,18 @@ class PRVAccountant:
         for event in events:
             if not self.supports(event):
                 raise UnsupportedEventError(f"PRV accountant cannot account for {type(event).__name__}")
-        if not events:
+        counts: Counter = Counter()
+        for event, count in flatten(events):
+            if not isinstance(event, PublicDataEvent):
+                counts[_prv_key(event)] += count
+        if not counts:
             return 0.0
         if delta <= self.delta_error:
             raise ValueError(f"delta {delta} must exceed the accountant's delta_error {self.delta_error}")
-        # Events with the same (nm, q) have the same PRV whatever their label or sensitivity (nm is already
-        # per unit sensitivity): group them into one self-composition, which is done by FFT power.
-        counts = Counter((float(e.noise_multiplier), float(e.sampling_rate)) for e in events)
+        # Events with the same key have the same PRV whatever their label or sensitivity (nm is already per unit
+        # sensitivity): group them into one self-composition, which is done by FFT power.
         groups = sorted(counts.items())  # deterministic order: the same list always gives the same number
-        prvs = [
-            PoissonSubsampledGaussianMechanism(noise_multiplier=nm, sampling_probability=q)
-            for (nm, q), _ in groups
-        ]
+        prvs = [_prv(key) for key, _ in groups]
         n = [c for _, c in groups]
         accountant = _LibPRVAccountant(
             prvs=prvs, max_self_compositions=n, eps_error=self.eps_error, delta_error=self.delta_error

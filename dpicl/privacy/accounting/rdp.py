@@ -47,12 +47,18 @@ import numpy as np
 from scipy.special import gammaln, logsumexp
 
 from .events import (
+    ComposedEvent,
+    DPSMozoEvent,
+    FixedOrderRDPEvent,
     PrivacyEvent,
+    PublicDataEvent,
     SubsampledDPMEvent,
     SubsampledExponentialEvent,
     SubsampledGaussianEvent,
     SubsampledPTREvent,
+    SubsampledPureDPEvent,
     UnsupportedEventError,
+    flatten,
 )
 
 # The reference code (001 notebook, PubDP-ICL privacy_accountant.py) minimises over integer α < alpha_max = 200.
@@ -158,8 +164,14 @@ def bbghs_epsilon(rdp: Sequence[float], alphas: Sequence[float], delta: float) -
     return float(max(0.0, np.min(vals)))
 
 
+_SUPPORTED = (SubsampledGaussianEvent, SubsampledExponentialEvent, SubsampledPTREvent, SubsampledDPMEvent,
+              SubsampledPureDPEvent, DPSMozoEvent, FixedOrderRDPEvent, PublicDataEvent)
+
+
 class RDPAccountant:
-    """Upper-bound ε for Poisson-subsampled Gaussian, exponential-mechanism and KSA-PTR events (add/remove)."""
+    """Upper-bound ε for Poisson-subsampled Gaussian, exponential-mechanism, pure-DP, KSA-PTR and DPM events, fixed-
+    order RDP bounds (AdaPMixED) — all add/remove — or for DPS-MOZO's substitution events; also inside
+    ``ComposedEvent``s. Events of the two neighbouring relations are never composed with each other."""
 
     name = "rdp"
 
@@ -174,16 +186,21 @@ class RDPAccountant:
         self._index = np.asarray(self.alphas) - 2  # the bound at order m needs every order 2..m
 
     def supports(self, event: PrivacyEvent) -> bool:
-        return isinstance(event, (SubsampledGaussianEvent, SubsampledExponentialEvent, SubsampledPTREvent,
-                                  SubsampledDPMEvent))
+        if isinstance(event, ComposedEvent):
+            event = event.event
+        return isinstance(event, _SUPPORTED)
 
     @staticmethod
     def _key(event: PrivacyEvent) -> tuple:
         """What the event's amplified curve depends on (labels and the noise's absolute scale do not matter)."""
         if isinstance(event, SubsampledGaussianEvent):
             return ("gaussian", float(event.noise_multiplier), float(event.sampling_rate))
-        if isinstance(event, SubsampledExponentialEvent):
+        if isinstance(event, (SubsampledExponentialEvent, SubsampledPureDPEvent)):  # the same pure-DP bound
             return ("exponential", float(event.epsilon), float(event.sampling_rate))
+        if isinstance(event, DPSMozoEvent):  # per token; the event's `tokens` multiply it
+            return ("dps_mozo", float(event.beta), int(event.alpha), float(event.sampling_rate))
+        if isinstance(event, FixedOrderRDPEvent):
+            return ("fixed_order", int(event.alpha), float(event.rdp), 1.0)
         if isinstance(event, SubsampledPTREvent):
             return ("ptr", float(event.epsilon_em), float(event.noise_multiplier), float(event.amplified_rate))
         if isinstance(event, SubsampledDPMEvent):
@@ -192,6 +209,15 @@ class RDPAccountant:
 
     def _curve(self, key: tuple) -> np.ndarray:
         kind, *params, q = key
+        orders = np.asarray(self.alphas)
+        if kind == "dps_mozo":  # sampling without replacement (Wang et al. 2019); nothing known above α
+            from .wor import dps_mozo_rdp
+
+            beta, alpha = params
+            return dps_mozo_rdp(beta, alpha, q, orders)
+        if kind == "fixed_order":  # a bound at α holds at every lower order (RDP grows with the order)
+            alpha, rdp = params
+            return np.where(orders <= alpha, rdp, math.inf)
         if kind == "gaussian":
             (nm,) = params
             base, eps_inf = (lambda a: gaussian_rdp(nm, a)), math.inf
@@ -211,20 +237,31 @@ class RDPAccountant:
         for event in events:
             if not self.supports(event):
                 raise UnsupportedEventError(f"RDP accountant cannot account for {type(event).__name__}")
+        relations = {e.neighbouring for e in events if not isinstance(e, PublicDataEvent)}
+        if len(relations) > 1:
+            raise UnsupportedEventError(
+                "cannot compose events for different neighbouring relations (add/remove one record vs replace "
+                "one record): DPS-MOZO's guarantee is for replacement, every other method's for add/remove, so a private "
+                "dataset's budget is spent by DPS-MOZO alone or by the other methods alone (ingesting the same "
+                "records again under another name would not avoid this: it would hide real spending)")
 
     def rdp(self, events: Sequence[PrivacyEvent]) -> np.ndarray:
         """Composed (approximate-)RDP curve of ``events`` at ``self.alphas``."""
         self._check(events)
-        counts = Counter(self._key(e) for e in events)
+        counts: Counter = Counter()
+        for event, count in flatten(events):
+            if isinstance(event, PublicDataEvent):
+                continue
+            counts[self._key(event)] += count * (event.tokens if isinstance(event, DPSMozoEvent) else 1)
         total = np.zeros(len(self.alphas))
         for key, count in sorted(counts.items(), key=lambda kv: repr(kv[0])):  # fixed order: same sum
-            total += count * self._curve(key)
+            total = total + count * self._curve(key)
         return total
 
     def failure_delta(self, events: Sequence[PrivacyEvent]) -> float:
         """Σ q_i·δ0_i over the PTR events: the δ of the composed approximate RDP (0.0 without PTR events)."""
         self._check(events)
-        return math.fsum(e.failure_delta for e in events if isinstance(e, SubsampledPTREvent))
+        return math.fsum(count * e.failure_delta for e, count in flatten(events) if isinstance(e, SubsampledPTREvent))
 
     def epsilon(self, events: Sequence[PrivacyEvent], delta: float) -> float:
         """Sound upper bound on ε of composing ``events`` at ``delta``; 0.0 for no events.
@@ -234,7 +271,7 @@ class RDPAccountant:
         if not 0 < delta < 1:
             raise ValueError(f"delta must be in (0, 1), got {delta}")
         curve = self.rdp(events)
-        if not events:
+        if not events or not np.any(curve > 0):  # nothing, or public-data releases only
             return 0.0
         remaining = delta - self.failure_delta(events)
         if remaining <= 0:

@@ -67,6 +67,12 @@ class Backend(Protocol):
       (`ValueError` naming the labels otherwise). Classification tasks predict the label with the highest score
       (the local form of the OpenAI `logit_bias` + `max_tokens=1` trick); they cannot run on a backend without
       it. See `LabelScorer`.
+    - `next_token_logprobs(prompts, suffix=(), *, token_ids=None, cache=True) -> np.ndarray`, shape
+      (len(prompts), vocab_size): the log-softmax over the full vocabulary of the next token after each
+      `prompt + suffix`, where `suffix` is a list of token ids shared by all prompts (the tokens generated so
+      far); with `vocab_size`, `eos_token_ids`, `decode` and `encode_text`. Token-level methods (DPS-MOZO,
+      AdaPMixED, DP few-shot generation) decode one token at a time from these rows; a backend may keep the
+      prompts' KV caches between calls so that each step feeds only the new tokens. See `TokenScorer`.
     """
 
     name: str
@@ -87,9 +93,50 @@ class LabelScorer(Protocol):
     ) -> np.ndarray: ...
 
 
+@runtime_checkable
+class TokenScorer(Protocol):
+    """The optional `next_token_logprobs` capability of a `Backend`: next-token distributions of a prompt set
+    that shares one generated suffix, for decoding one token at a time.
+
+    `next_token_logprobs(prompts, suffix, *, token_ids=None, cache=True)` returns a float32 array of shape
+    (len(prompts), vocab_size), rows in input order: the log-softmax over the full vocabulary (computed in
+    float32) of the next token after `prompt + suffix` for each prompt. `suffix` holds token ids (the tokens
+    generated so far, the same for every prompt; `encode_text` makes them from text). With `token_ids`, only
+    those columns come back, shape (len(prompts), len(token_ids)): still normalized over the full vocabulary,
+    then selected. No prompts give shape (0, vocab_size) (or (0, len(token_ids))). A bare string for `prompts`
+    is a `TypeError`; a token id outside the vocabulary a `ValueError`.
+
+    `cache=True` lets the backend keep the prompts' state (KV caches) so that the next call with the same
+    prompts and a suffix extending this one costs only the new tokens; give `cache=False` for one-off prompt
+    sets (prompts that change every step), which should not push the persistent ones out.
+
+    `vocab_size` is the model's output dimension (the width of a full row); `eos_token_ids` the token ids that
+    end a generation; `decode` turns token ids into text (special tokens skipped); `encode_text` turns a
+    continuation into token ids (no special tokens added).
+    """
+
+    vocab_size: int
+    eos_token_ids: frozenset[int]
+
+    def next_token_logprobs(
+        self,
+        prompts: Sequence[str],
+        suffix: Sequence[int] = (),
+        *,
+        token_ids: Sequence[int] | None = None,
+        cache: bool = True,
+    ) -> np.ndarray: ...
+
+    def decode(self, token_ids: Sequence[int]) -> str: ...
+
+    def encode_text(self, text: str) -> list[int]: ...
+
+
 # Optional backend methods -> what they are needed for (for error messages).
 CAPABILITIES = {
     "label_logprobs": "classification tasks, which score each label's first token after the prompt",
+    "next_token_logprobs": "token-level methods (dps-mozo, adapmixed, dp-fewshot), which decode one token at a "
+    "time from many prompts' next-token distributions",
 }
 
 

@@ -7,18 +7,25 @@ EOS, at `max_new_tokens`, or as soon as it contains a stop string after its lead
 `label_logprobs` scores classification labels the same way (the optional capability of `base.Backend`): one
 forward pass per micro-batch, and the next-token log-probabilities at the last (prediction) position, read at
 the first token of each label: the local form of the OpenAI `logit_bias` + `max_tokens=1` trick.
+
+`next_token_logprobs` (the optional capability of `base.TokenScorer`) gives the next-token log-probabilities of
+a prompt set sharing one generated suffix, keeping the prompts' KV caches between calls (a small LRU of
+sessions) so that each decoding step feeds only the new suffix tokens.
 """
 
 from __future__ import annotations
 
 import gc
 import inspect
+import operator
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StoppingCriteria, StoppingCriteriaList
 
 from dpicl.inference.base import GenerationParams, has_stop, postprocess
 from dpicl.inference.models import resolve_llm
@@ -31,6 +38,18 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 DEFAULT_CPU_THREADS = 1
 
 
+@dataclass
+class _TokenSession:
+    """The state of one prompt set after `prompt + suffix`: its KV cache, the left-padded attention mask it was
+    built with, each row's next position, the suffix fed so far, and the log-probabilities after it."""
+
+    cache: DynamicCache
+    mask: torch.Tensor  # (n, length), long
+    next_pos: torch.Tensor  # (n, 1), long: each row's number of real tokens
+    suffix: tuple[int, ...]
+    logprobs: torch.Tensor  # (n, vocab_size), float32
+
+
 class HFBackend:
     """A transformers causal LM loaded once (offline) and used for batched `generate` calls.
 
@@ -39,6 +58,8 @@ class HFBackend:
     """
 
     name = "hf"
+    # How many prompt sets `next_token_logprobs` keeps KV caches for (least recently used dropped first).
+    token_cache_sessions = 4
 
     def __init__(
         self,
@@ -73,6 +94,13 @@ class HFBackend:
         ).to(self.device)
         self.model.eval()
         self._bos_id = self._missing_bos_id()
+        output = self.model.get_output_embeddings()
+        # The width of the logits (the lm head's rows); the embedding table bounds the ids we may feed.
+        self.vocab_size = int(output.weight.shape[0]) if output is not None else int(
+            self.model.config.get_text_config().vocab_size)
+        self._input_vocab = int(self.model.get_input_embeddings().num_embeddings)
+        self.eos_token_ids = self._find_eos_ids()
+        self._token_sessions: OrderedDict[tuple[str, ...], _TokenSession] = OrderedDict()
 
     def _missing_bos_id(self) -> int | None:
         """The BOS id to prepend ourselves, or None.
@@ -91,6 +119,15 @@ class HFBackend:
         if wanted is None:
             wanted = str(getattr(self.model.config, "model_type", "")).startswith("gemma")
         return bos if wanted else None
+
+    def _find_eos_ids(self) -> frozenset[int]:
+        """EOS of the tokenizer and of the model's generation config (an id or a list of ids), if any."""
+        found: set[int] = set()
+        for eos in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
+            if eos is None:
+                continue
+            found.update(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]))
+        return frozenset(found)
 
     def _encode(self, texts: Sequence[str]) -> list[list[int]]:
         ids = self.tokenizer(list(texts)).input_ids
@@ -178,6 +215,114 @@ class HFBackend:
             scores[batch] = logprobs.cpu().numpy()
         return scores
 
+    def encode_text(self, text: str) -> list[int]:
+        """The token ids of a continuation `text` (no special tokens added), e.g. for a `suffix`."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string, got {type(text).__name__}")
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids) if text else []
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """The text of `token_ids`, special tokens (EOS, ...) skipped."""
+        ids = _token_id_tuple(token_ids, self._input_vocab, "token_ids")
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    @torch.inference_mode()
+    def next_token_logprobs(
+        self,
+        prompts: Sequence[str],
+        suffix: Sequence[int] = (),
+        *,
+        token_ids: Sequence[int] | None = None,
+        cache: bool = True,
+    ) -> np.ndarray:
+        """Log-probabilities of the next token after `prompt + suffix` for each prompt: a float32 array of shape
+        (len(prompts), vocab_size), rows in input order, the log-softmax over the full vocabulary computed in
+        float32. With `token_ids`, only those columns (still normalized over the full vocabulary).
+
+        `suffix` holds token ids shared by all prompts (the tokens generated so far). With `cache=True` the
+        prompt set's KV cache is kept as a session (up to `token_cache_sessions` prompt sets, least recently
+        used dropped first): a later call with the same prompts (an equal tuple) and a suffix extending the fed
+        one runs one forward pass over only the new tokens; the same suffix again costs nothing. Any other call
+        prefills `prompt + suffix` for all prompts in one forward pass (left-padded, positions counted from each
+        row's first real token) and, with `cache=True`, replaces the prompt set's session. `cache=False` (for
+        prompt sets used once) neither reads nor stores a session, so the cached ones stay.
+
+        The whole prompt set is one batch (no micro-batching, unlike `generate`): callers keep sets small (up
+        to about 100 sequences). A kept session holds its KV cache in memory until it is pushed out,
+        `clear_token_cache()` or `close()`.
+        """
+        self._check_prompts(prompts)
+        key = tuple(prompts)
+        if not all(isinstance(p, str) for p in key):
+            raise TypeError("prompts must be strings")
+        fed = _token_id_tuple(suffix, self._input_vocab, "suffix")
+        columns = None if token_ids is None else _token_id_tuple(token_ids, self.vocab_size, "token_ids")
+        if not key:
+            return np.empty((0, self.vocab_size if columns is None else len(columns)), dtype=np.float32)
+
+        # Taken out while in use: a forward pass that fails leaves no half-updated session behind.
+        session = self._token_sessions.pop(key, None) if cache else None
+        if session is not None and fed[: len(session.suffix)] == session.suffix:
+            if len(fed) > len(session.suffix):
+                self._extend_session(session, fed[len(session.suffix) :])
+        else:  # prompts not cached (or cache=False), or a suffix that does not extend the fed one
+            session = self._prefill_session(key, fed, cache)
+        if cache and self.token_cache_sessions > 0:
+            self._token_sessions[key] = session
+            while len(self._token_sessions) > self.token_cache_sessions:
+                self._token_sessions.popitem(last=False)
+
+        logprobs = session.logprobs
+        if columns is not None:
+            logprobs = logprobs.index_select(-1, torch.tensor(columns, dtype=torch.long, device=self.device))
+        # A copy: the session keeps its own tensor, which the caller must not be able to change.
+        return np.array(logprobs.cpu().numpy(), dtype=np.float32, copy=True)
+
+    def _prefill_session(self, prompts: tuple[str, ...], suffix: tuple[int, ...], cache: bool) -> _TokenSession:
+        """One forward pass over `prompt + suffix` for all prompts; the KV cache only when `cache`."""
+        rows = [[*row, *suffix] for row in self._encode(prompts)]
+        for i, row in enumerate(rows):
+            if not row:
+                raise ValueError(f"prompt {i} has no tokens and the suffix is empty: there is nothing to predict "
+                                 "the next token from")
+        enc = self._pad(rows)
+        mask = enc["attention_mask"].long()
+        # Positions as `generate` computes them: counted from each row's first real token.
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        past = DynamicCache(config=self.model.config) if cache else None
+        out = self.model(input_ids=enc["input_ids"], attention_mask=mask, position_ids=positions,
+                         past_key_values=past, use_cache=cache, **self._last_logits_only())
+        return _TokenSession(
+            cache=past,  # type: ignore[arg-type]
+            mask=mask,
+            next_pos=mask.sum(-1, keepdim=True),
+            suffix=suffix,
+            logprobs=torch.log_softmax(out.logits[:, -1, :].float(), dim=-1),
+        )
+
+    def _extend_session(self, session: _TokenSession, new: tuple[int, ...]) -> None:
+        """Feed the `new` suffix tokens (the same for every row) on top of the session's KV cache."""
+        n, k = session.mask.shape[0], len(new)
+        input_ids = torch.tensor([list(new)] * n, dtype=torch.long, device=self.device)
+        # Each row continues its own positions (rows are left-padded to different lengths).
+        positions = session.next_pos + torch.arange(k, device=self.device)
+        mask = torch.cat([session.mask, session.mask.new_ones((n, k))], dim=-1)
+        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                         past_key_values=session.cache, use_cache=True, **self._last_logits_only())
+        session.mask = mask
+        session.next_pos = session.next_pos + k
+        session.suffix = session.suffix + new
+        session.logprobs = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
+
+    def clear_token_cache(self) -> None:
+        """Drop the KV caches `next_token_logprobs` keeps (their memory is freed)."""
+        self._token_sessions.clear()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _last_logits_only(self) -> dict:
+        return {"logits_to_keep": 1} if self._keeps_logits else {}
+
     @property
     def _keeps_logits(self) -> bool:
         """Whether the model's forward takes `logits_to_keep` (then only the last position's logits are made)."""
@@ -225,11 +370,30 @@ class HFBackend:
         return self.tokenizer.batch_decode(out[:, prompt_len:], skip_special_tokens=True)
 
     def close(self) -> None:
-        """Free the model's memory; the backend cannot generate or score afterwards."""
+        """Free the model's memory (and the kept KV caches); the backend cannot generate or score afterwards."""
+        self._token_sessions.clear()
         self.model = None
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _token_id_tuple(ids: Sequence[int], limit: int, what: str) -> tuple[int, ...]:
+    """`ids` as a tuple of ints in [0, limit). Only an id outside the vocabulary, which is no text, is named."""
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"{what} must be a sequence of token ids, not a string")
+    out = []
+    for token in ids:
+        if isinstance(token, (bool, np.bool_)):
+            raise TypeError(f"{what} must hold integer token ids, got a bool")
+        try:
+            token = operator.index(token)
+        except TypeError:
+            raise TypeError(f"{what} must hold integer token ids, got {type(token).__name__}") from None
+        if not 0 <= token < limit:
+            raise ValueError(f"{what} holds the token id {token}, outside the vocabulary [0, {limit})")
+        out.append(token)
+    return tuple(out)
 
 
 class _StopStrings(StoppingCriteria):

@@ -47,7 +47,7 @@ def test_pure_dp_reproduces_002_rnm_exp():
                                    (4.57, 0.17487, 7.946)]:
         event = SubsampledPureDPEvent(eps0, q, 1 / 40)
         assert event.amplified_epsilon == pytest.approx(amplified, abs=5e-5)
-        ours = total_epsilon([ComposedEvent(event, 100)], delta)  # PRV: an upper bound, a little above eps_est
+        ours = PRVAccountant().epsilon([ComposedEvent(event, 100)], delta)  # upper bound, a little above eps_est
         assert total - 0.01 <= ours <= total + 0.02
 
 
@@ -99,3 +99,22 @@ def test_dps_mozo_tokens_multiply_the_per_token_cost():
 def test_invalid_events(bad):
     with pytest.raises(ValueError):
         bad()
+
+
+def test_a_prv_failure_falls_back_to_the_rdp_bound():
+    """prv-accountant 0.2.0 raises "Discrete mean differs…" for pure-DP steps with ε̄ just above 0.1; the ledger
+    must still answer with a sound bound, not crash."""
+    events = [ComposedEvent(SubsampledPureDPEvent(4.1, 0.002, 0.1), 100)]
+    with pytest.raises(RuntimeError):
+        PRVAccountant().epsilon(events, 1 / 40000)
+    assert total_epsilon(events, 1 / 40000) == RDPAccountant().epsilon(events, 1 / 40000)
+
+
+def test_the_ledger_takes_the_smaller_sound_bound():
+    """Pure-DP steps: RDP amplification of the ε0-DP curve beats composing ε̄-randomized response (002's PRV
+    accounting, about twice as large here); Gaussians: PRV is the tighter."""
+    pure = [ComposedEvent(SubsampledPureDPEvent(3.95, 0.002, 0.1), 100)]
+    assert total_epsilon(pure, 1 / 40000) == RDPAccountant().epsilon(pure, 1 / 40000)
+    assert total_epsilon(pure, 1 / 40000) < 0.6 * PRVAccountant().epsilon(pure, 1 / 40000)
+    gauss = [ComposedEvent(GAUSS, 100)]
+    assert total_epsilon(gauss, 1e-5) == PRVAccountant().epsilon(gauss, 1e-5) < RDPAccountant().epsilon(gauss, 1e-5)

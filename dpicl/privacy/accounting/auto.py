@@ -1,6 +1,7 @@
-"""The ledger's accountant choice: PRV when it supports every event (tight; all-Gaussian ledgers), else RDP
-when it does (exponential-mechanism and KSA-PTR events, alone or mixed with Gaussians: PRV supports neither);
-never a naive sum — an event no accountant supports is an error."""
+"""The ledger's accountant: the smaller sound bound of the PRV accountant (tight for all-Gaussian ledgers) and
+the RDP accountant (exponential-mechanism, KSA-PTR, DPM and token-level events, which PRV does not support, and
+subsampled pure-DP steps, where it is the tighter) among those that support every event; never a naive sum — an
+event no accountant supports is an error."""
 
 from __future__ import annotations
 
@@ -20,8 +21,23 @@ def choose_accountant(events: Sequence[PrivacyEvent]):
 
 
 def total_epsilon(events: Sequence[PrivacyEvent], delta: float) -> float:
-    """Upper bound on ε of composing all ``events`` at ``delta`` (PRV when it can, else RDP)."""
-    return choose_accountant(events).epsilon(events, delta)
+    """Upper bound on ε of composing all ``events`` at ``delta``: the smaller of the PRV and RDP accountants' bounds
+    among those that support every event (both are sound; PRV is the tighter for Gaussians, RDP for subsampled
+    pure-DP steps, which PRV can only compose as randomized response).
+
+    prv-accountant 0.2.0 sometimes fails numerically ("Discrete mean differs from continuous mean", e.g. for
+    pure-DP steps with ε̄ just above 0.1); the RDP bound then answers alone.
+    """
+    choose_accountant(events)  # raises when no accountant supports them all
+    bounds = []
+    for accountant in (PRVAccountant(), RDPAccountant()):
+        if all(accountant.supports(e) for e in events):
+            try:
+                bounds.append(accountant.epsilon(events, delta))
+            except RuntimeError:
+                if accountant.name == "rdp":
+                    raise
+    return min(bounds)
 
 
 class AutoAccountant:

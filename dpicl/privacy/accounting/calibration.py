@@ -108,7 +108,7 @@ def max_additional(
         slope = (eps_hi - eps_lo) / (hi - lo)
         guess = hi + (epsilon_limit - eps_hi) / slope * 1.2 if slope > 0 else math.inf
         lo, eps_lo = hi, eps_hi
-        hi = int(min(upper, 16 * lo, max(lo + 1, math.ceil(guess))))
+        hi = int(min(upper, 16 * lo, max(lo + 1, math.ceil(guess) if math.isfinite(guess) else upper)))
     bisect_next = False
     while hi - lo > 1:
         if bisect_next:

@@ -186,12 +186,15 @@ def _print_budget(summary: dict) -> None:
 def plan(
     method: Annotated[str, typer.Option(help=f"one of: {', '.join(planning.METHODS)}")] = "esa",
     sampling_rate: Annotated[Optional[float], typer.Option(help="Poisson rate q per record and query")] = None,
-    queries: Annotated[int, typer.Option(help="number of queries the budget must pay for")] = 100,
+    queries: Annotated[int, typer.Option(
+        help="number of queries the budget must pay for (dp-fewshot: synthetic demonstrations)")] = 100,
     epsilon: Annotated[Optional[float], typer.Option(help="target ε (default: the dataset's budget)")] = None,
     delta: Annotated[Optional[float], typer.Option(help="target δ (default: the dataset's budget)")] = None,
     dataset: Annotated[Optional[str], typer.Option(help="private dataset whose open budget to plan against")] = None,
     teachers: Annotated[int, typer.Option(help="teachers per query (sets q with --shots when q is not given)")] = 10,
-    shots: Annotated[int, typer.Option(help="demonstrations per teacher")] = 4,
+    shots: Annotated[Optional[int], typer.Option(
+        help="demonstrations per teacher (default 4); dps-mozo: one-shot prompts per token (4); dp-fewshot: per "
+             "split (2)")] = None,
     delta0_fraction: Annotated[Optional[float], typer.Option(
         help="ksa-ptr: share of δ for the PTR failures of all queries, δ0 = share·δ/(q·T) (default 0.5)")] = None,
     em_epsilon: Annotated[Optional[float], typer.Option(
@@ -202,6 +205,17 @@ def plan(
     count_epsilon: Annotated[Optional[float], typer.Option(
         help="sga: per-query ε of the noisy counts, summed over the levels (default: see --em-epsilon)")]
     = None,
+    dataset_size: Annotated[Optional[int], typer.Option(
+        help="dps-mozo, dp-fewshot: private records (default: the --dataset's)")] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option(
+        help="dps-mozo, adapmixed, dp-fewshot: tokens per answer or demonstration (default 50)")] = None,
+    alpha: Annotated[Optional[int], typer.Option(
+        help="dps-mozo: Rényi order (default: the smallest with ε̃ ≥ ε/2, as paper 000); adapmixed: (18)")] = None,
+    beta: Annotated[Optional[float], typer.Option(help="adapmixed: Rényi ball radius (default: from the budget)")]
+    = None,
+    members: Annotated[Optional[int], typer.Option(help="adapmixed: ensemble members (default 20)")] = None,
+    splits: Annotated[Optional[int], typer.Option(help="dp-fewshot: splits per token (default 10)")] = None,
+    mechanism: Annotated[Optional[str], typer.Option(help="dp-fewshot: gaussian | exponential")] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -213,9 +227,22 @@ def plan(
         budget_state = planning.budget_state(_connect(db, read_only=True), dataset)
         epsilon = epsilon if epsilon is not None else budget_state["epsilon_limit"]
         delta = delta if delta is not None else budget_state["delta"]
-        if sampling_rate is None:
-            sampling_rate = min(1.0, teachers * shots / budget_state["n_records"])
-    missing = [n for n, v in (("--sampling-rate", sampling_rate), ("--epsilon", epsilon), ("--delta", delta)) if v is None]
+        dataset_size = dataset_size or budget_state["n_records"]
+    token_level = method in ("dps-mozo", "adapmixed", "dp-fewshot")
+    if token_level and max_new_tokens is None:
+        max_new_tokens = 50
+    if method == "dps-mozo":
+        shots = shots or 4
+        if dataset_size is None:
+            _fail("--dataset-size N needed for dps-mozo (or --dataset NAME to plan against its open budget)")
+        sampling_rate = sampling_rate or min(1.0, shots / dataset_size)
+    elif method in ("adapmixed", "synthetic-icl"):
+        sampling_rate = 1.0  # adapmixed: every member answers every token (no subsampling); synthetic-icl: free
+    elif sampling_rate is None and dataset_size is not None:
+        per_query = (splits or 10) * (shots or 2) if method == "dp-fewshot" else teachers * (shots or 4)
+        sampling_rate = min(1.0, per_query / dataset_size)
+    given = (("--sampling-rate", sampling_rate), ("--epsilon", epsilon), ("--delta", delta))
+    missing = [n for n, v in given if v is None]
     if missing:
         _fail(f"{', '.join(missing)} needed (or --dataset NAME to plan against its open budget)")
     try:
@@ -223,9 +250,15 @@ def plan(
             from dpicl.config import SGAConfig
 
             levels = SGAConfig.model_fields["levels"].default
+        options = dict(delta0_fraction=delta0_fraction, em_epsilon=em_epsilon, levels=levels,
+                       count_epsilon=count_epsilon, alpha=alpha, beta=beta, members=members, splits=splits,
+                       mechanism=mechanism)
+        if token_level:
+            options["max_new_tokens"] = max_new_tokens
+        if method == "dps-mozo":
+            options.update(dataset_size=dataset_size, shots=shots)
         result = planning.plan(method, sampling_rate=sampling_rate, queries=queries, epsilon=epsilon, delta=delta,
-                               delta0_fraction=delta0_fraction, em_epsilon=em_epsilon, levels=levels,
-                               count_epsilon=count_epsilon)
+                               **options)
     except ValueError as err:
         _fail(str(err))
     if budget_state is not None:
@@ -266,6 +299,23 @@ def answer(
     result = answer_backlog(config=config, db=str(db) if db else None, max_queries=max_queries)
     console.print(f"answered {result['answered']}, refused {result['refused_budget']} (budget)")
     _print_budget(result["budget"])
+
+
+@app.command()
+def synthesize(
+    config: Annotated[str, typer.Argument(help="config (method dp-fewshot or dps-mozo, with a `synthetic` section)")],
+    db: DbOption = None,
+) -> None:
+    """Run the `synthesize_demos` flow: DP synthetic demonstrations as a public dataset, for one ledger charge."""
+    from dpicl.flows.synthesize_demos import synthesize_demos
+
+    try:
+        result = synthesize_demos(config=config, db=str(db) if db else None)
+    except ValueError as err:
+        _fail(str(err))
+    console.print(f"wrote {result['demonstrations']} DP synthetic demonstrations to {result['dataset']!r} for "
+                  f"ε {result['epsilon_cost']:.4f} (ε {result['epsilon_spent']:.4f} spent in all); answer with them "
+                  "for free with a config whose method is synthetic-icl")
 
 
 @app.command()

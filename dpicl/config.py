@@ -180,10 +180,76 @@ class KSAPublicConfig(_KeywordMethodConfig):
                              "their frequency from high to low: [{keywords}]\nOutput:")
 
 
+class _TokenMethodConfig(_Strict):
+    """Token-level private decoding (DESIGN.md): one mechanism per generated token, at most
+    `generation.max_new_tokens` tokens per answer; the per-answer cost is reserved before decoding starts."""
+
+    # the public vocabulary K: the top-k tokens of the public (zero-shot) distribution
+    top_k: int = Field(100, ge=1)
+    planned_queries: int = Field(100, ge=1)
+
+
+class DPSMozoConfig(_TokenMethodConfig):
+    """DPS-MOZO (paper 000): per token, `shots` one-shot prompts with demonstrations drawn without replacement,
+    each mixed in logit space with the zero-shot prompt inside a Rényi ball of radius β·α; the next token is
+    sampled from their normalised product. β from the budget (`alpha`: the Rényi order, default chosen as in 000)
+    unless given. Its guarantee is the paper's claim, for replacement neighbours (docs/PRIVACY.md)."""
+
+    name: Literal["dps-mozo"] = "dps-mozo"
+    shots: int = Field(4, ge=1)
+    alpha: int | None = Field(None, ge=2)
+    beta: float | None = Field(None, gt=0)
+    # DPS-MOZO+Off (`synthesize_demos`): demonstrations to write, the outputs of as many public inputs
+    demos: int = Field(4, ge=1)
+
+
+class AdaPMixEDConfig(_TokenMethodConfig):
+    """AdaPMixED (paper 003) for ICL: `members` prompts over disjoint parts of the private data (a record's part
+    is a keyed hash of it), each with `shots` demonstrations; the zero-shot prompt is the public member. Per
+    token a noisy screen decides between the public distribution and the PMixED mixture (each member mixed with
+    the public one inside a Rényi ball of radius β·α). Defaults from 003 Table 4 except `members` (CPU-sized)."""
+
+    name: Literal["adapmixed"] = "adapmixed"
+    members: int = Field(20, ge=1)
+    shots: int = Field(1, ge=1)
+    alpha: int = Field(18, ge=2)
+    beta: float | None = Field(None, gt=0)
+    top_k: int = Field(60, ge=1)
+    screen_lambda: float = Field(1e-4, gt=0, le=1)
+    screen_sigma: float = Field(1e-2, gt=0)
+    threshold: float = Field(4.5, gt=0)
+
+
+class DPFewShotConfig(_TokenMethodConfig):
+    """DP few-shot generation (paper 002), for the `synthesize_demos` flow: `demos` synthetic demonstrations
+    (per label for classification), each token from a fresh Poisson sample of the private data split into
+    `splits` groups of ≤ `shots` demonstrations, the mean of their next-token distributions over the public
+    top-k with Gaussian noise (PRV-calibrated over all tokens) or exponential noise (report-noisy-max)."""
+
+    name: Literal["dp-fewshot"] = "dp-fewshot"
+    splits: int = Field(10, ge=1)
+    shots: int = Field(2, ge=1)
+    mechanism: Literal["gaussian", "exponential"] = "gaussian"
+    demos: int = Field(4, ge=1)
+    sampling_rate: float | None = Field(None, gt=0, le=1)
+
+
+class SyntheticICLConfig(_Strict):
+    """Plain in-context learning with `shots` demonstrations from a public dataset — typically DP synthetic
+    demonstrations written by `synthesize_demos`. Post-processing of earlier DP releases: answers cost nothing."""
+
+    name: Literal["synthetic-icl"] = "synthetic-icl"
+    demos_dataset: str
+    shots: int = Field(4, ge=1)
+
+
 # methods that also run a public ensemble (teacher prompts from `public_dataset`)
 PUBLIC_METHODS = ("sga", "ksa-public")
+# methods that decode token by token (answer_backlog decodes; dp-fewshot only synthesizes demonstrations)
+TOKEN_METHODS = ("dps-mozo", "adapmixed", "dp-fewshot")
 
-MethodConfig = Annotated[ESAConfig | RNMConfig | KSAJointEMConfig | KSAPTRConfig | SGAConfig | KSAPublicConfig,
+MethodConfig = Annotated[ESAConfig | RNMConfig | KSAJointEMConfig | KSAPTRConfig | SGAConfig | KSAPublicConfig
+                         | DPSMozoConfig | AdaPMixEDConfig | DPFewShotConfig | SyntheticICLConfig,
                          Field(discriminator="name")]
 
 
@@ -235,6 +301,27 @@ class DataSource(_Strict):
     subset: Subset | None = None
 
 
+class SyntheticConfig(_Strict):
+    """What `synthesize_demos` writes: the dataset `name` (kind public) of DP synthetic demonstrations. Open-form
+    tasks generate the output of `demos` inputs of the public dataset; classification tasks generate an input per
+    label with `label_template` (the label as {output}, the generated text as {input}: the demonstration format
+    with the roles swapped, e.g. 'Type: {output}\nText: {input}'), one pool of private records per label."""
+
+    name: str
+    label_template: str = "Label: {output}\nText: {input}"
+    # the instruction of the generation prompts (classification; open-form tasks use task.instruction)
+    instruction: str = ""
+    # the ε to calibrate the synthesis for (default: the whole budget); one ledger charge pays for it
+    epsilon: float | None = Field(None, gt=0)
+
+    @field_validator("label_template")
+    @classmethod
+    def _label_fields(cls, v: str) -> str:
+        if not v.rstrip().endswith("{input}") or "{output}" not in v:
+            raise ValueError("label_template must contain {output} and end with {input} (the generated text)")
+        return v
+
+
 class Config(_Strict):
     name: str
     private_dataset: str
@@ -248,6 +335,9 @@ class Config(_Strict):
     method: MethodConfig = ESAConfig()
     # queries handled per stage batch: one backend call covers all prompts of this many queries
     batch_queries: int = Field(8, ge=1)
+    # synthesize_demos: where the DP synthetic demonstrations go (a new public dataset) and, for open-form
+    # tasks, the public dataset whose inputs they answer (default: public_dataset)
+    synthetic: SyntheticConfig | None = None
     # files `dpicl ingest --config` registers (optional)
     data: list[DataSource] = []
     # fixed seeds only in test/benchmark mode (privacy invariant 6; enforced by dpicl.privacy.rng)
@@ -256,12 +346,21 @@ class Config(_Strict):
     @model_validator(mode="after")
     def _method_fits_task(self) -> Config:
         classifying = self.task.type == "classification"
-        if classifying != (self.method.name == "rnm"):
+        if self.method.name in ("dp-fewshot", "synthetic-icl"):
+            pass  # synthetic demonstrations serve text and classification tasks alike
+        elif classifying != (self.method.name == "rnm"):
             raise ValueError(f"method {self.method.name!r} does not answer {self.task.type} tasks "
                              "(rnm answers classification tasks; the other methods answer text tasks)")
         if self.method.name in PUBLIC_METHODS and not self.public_dataset:
             raise ValueError(f"method {self.method.name!r} needs a public dataset: set public_dataset to the name "
                              "of a dataset ingested with kind public")
+        if self.method.name == "dp-fewshot" and self.synthetic is None:
+            raise ValueError("method 'dp-fewshot' writes synthetic demonstrations: set synthetic.name to the name of "
+                             "the public dataset to create")
+        if self.method.name in ("dp-fewshot", "dps-mozo") and self.synthetic is not None and not classifying \
+                and not self.public_dataset:
+            raise ValueError("synthesizing demonstrations for an open-form task needs public inputs: set "
+                             "public_dataset")
         return self
 
     def digest(self) -> str:

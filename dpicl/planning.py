@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpicl.privacy.accounting import max_additional
-from dpicl.privacy.accounting.events import PrivacyEvent, event_from_json
-from dpicl.privacy.mechanisms import esa, joint_em, ksa_ptr, rnm, sga
+from dpicl.privacy.accounting.events import FixedOrderRDPEvent, PrivacyEvent, PublicDataEvent, event_from_json
+from dpicl.privacy.mechanisms import adapmixed, dp_fewshot, dps_mozo, esa, joint_em, ksa_ptr, rnm, sga
 
 
 def _gaussian_line(result: dict[str, Any]) -> str:
@@ -37,6 +37,48 @@ def _sga_line(result: dict[str, Any]) -> str:
             f"{result['count_epsilon']:.5f} (Laplace scales {counts}); leaf sums: noise multiplier "
             f"{result['noise_multiplier']:.5f} (σ = {result['sigma']:.5f}, sensitivity {result['sensitivity']:g}); "
             f"the RDP accountant certifies ε = {result['epsilon_certified']:.5f}")
+
+
+def _mozo_line(result: dict[str, Any]) -> str:
+    return (f"  {result['shots']} one-shot prompts per token (without replacement from {result['dataset_size']} "
+            f"records), at most {result['tokens_per_query']} tokens per answer: Rényi ball β = {result['beta']:.5f} "
+            f"at order α = {result['alpha']} (RDP budget ε̃ = {result['epsilon_tilde']:.4f}); the RDP accountant "
+            f"certifies ε = {result['epsilon_certified']:.5f} — the paper's claim, for replacement neighbours")
+
+
+def _adapmixed_line(result: dict[str, Any]) -> str:
+    return (f"  {result['members']} members, at most {result['tokens_per_query']} tokens per answer: Rényi ball "
+            f"β = {result['beta']:.6g} at order α = {result['alpha']}; reserved per answer (data-independent bound) "
+            f"RDP {result['rdp_per_query']:.5g} of the budget {result['rdp_budget']:.4f}; the accountant certifies "
+            f"ε = {result['epsilon_certified']:.5f}")
+
+
+def _fewshot_line(result: dict[str, Any]) -> str:
+    if result["mechanism"] == "gaussian":
+        noise = (f"Gaussian noise multiplier {result['noise_multiplier']:.5f} (σ = {result['sigma']:.5f} on the mean "
+                 f"of {result['splits']} splits)")
+    else:
+        noise = (f"report-noisy-max ε0 = {result['epsilon0']:.5f} per token (amplified "
+                 f"{result['amplified_epsilon']:.5f})")
+    return (f"  {result['tokens']} tokens from one pool (one ledger charge): {noise}; the accountant certifies "
+            f"ε = {result['epsilon_certified']:.5f}")
+
+
+def _mozo_plan(sampling_rate, queries, epsilon, delta, *, dataset_size, max_new_tokens, shots=4, alpha=None):
+    return dps_mozo.plan(dataset_size, shots, queries, max_new_tokens, epsilon, delta, alpha=alpha)
+
+
+def _adapmixed_plan(sampling_rate, queries, epsilon, delta, *, max_new_tokens, members=20, alpha=18, beta=None,
+                    screen_lambda=adapmixed.SCREEN_LAMBDA, screen_sigma=adapmixed.SCREEN_SIGMA):
+    return adapmixed.plan(queries, max_new_tokens, epsilon, delta, members=members, alpha=alpha, beta=beta,
+                          screen_lam=screen_lambda, screen_sigma=screen_sigma)
+
+
+def _fewshot_plan(sampling_rate, queries, epsilon, delta, *, max_new_tokens, splits=10, mechanism="gaussian"):
+    """`queries` demonstrations of at most `max_new_tokens` tokens each, all from one pool."""
+    result = dp_fewshot.plan(sampling_rate, queries * max_new_tokens, epsilon, delta, splits=splits,
+                             mechanism=mechanism)
+    return {**result, "queries": queries, "max_new_tokens": max_new_tokens}
 
 
 @dataclass(frozen=True)
@@ -95,6 +137,41 @@ METHODS: dict[str, PlannedMethod] = {
         lambda result: joint_em.cost(result["epsilon_em"], result["sampling_rate"], mechanism="ksa_public"),
         _jem_line,
     ),
+    "dps-mozo": PlannedMethod(
+        "dps-mozo",
+        "DPS-MOZO (paper 000): per token, one-shot prompts mixed with the zero-shot prompt inside a Rényi ball, "
+        "sampled from their product",
+        _mozo_plan,
+        lambda result: dps_mozo.cost(result["beta"], result["alpha"], result["sampling_rate"],
+                                     result["tokens_per_query"]),
+        _mozo_line,
+        ("dataset_size", "max_new_tokens", "shots", "alpha"),
+    ),
+    "adapmixed": PlannedMethod(
+        "adapmixed",
+        "AdaPMixED (paper 003): noisy screening, then members over disjoint private parts mixed with the public "
+        "zero-shot distribution inside a Rényi ball",
+        _adapmixed_plan,
+        lambda result: FixedOrderRDPEvent(result["alpha"], result["rdp_per_query"], "adapmixed"),
+        _adapmixed_line,
+        ("max_new_tokens", "members", "alpha", "beta", "screen_lambda", "screen_sigma"),
+    ),
+    "synthetic-icl": PlannedMethod(
+        "synthetic-icl",
+        "In-context learning with DP synthetic demonstrations (synthesize_demos): post-processing, free",
+        lambda sampling_rate, queries, epsilon, delta: {"queries": queries, "epsilon": epsilon, "delta": delta},
+        lambda result: PublicDataEvent("synthetic-icl"),
+        lambda result: "  every answer uses public data and earlier DP releases only: it costs nothing",
+    ),
+    "dp-fewshot": PlannedMethod(
+        "dp-fewshot",
+        "DP few-shot generation (paper 002): synthetic demonstrations token by token from noisy means of the "
+        "splits' next-token distributions; --queries is the number of demonstrations",
+        _fewshot_plan,
+        lambda result: dp_fewshot.cost(result),
+        _fewshot_line,
+        ("max_new_tokens", "splits", "mechanism"),
+    ),
 }
 
 
@@ -116,7 +193,15 @@ def plan(method: str, *, sampling_rate: float, queries: int, epsilon: float, del
     unknown = sorted(set(given) - set(m.options))
     if unknown:
         raise ValueError(f"method {method!r} takes no option {', '.join(unknown)}")
+    missing = [name for name in REQUIRED.get(method, ()) if name not in given]
+    if missing:
+        raise ValueError(f"method {method!r} needs {', '.join('--' + n.replace('_', '-') for n in missing)}")
     return {**m.plan(sampling_rate, queries, epsilon, delta, **given), "method": method}
+
+
+# options without a default
+REQUIRED = {"dps-mozo": ("dataset_size", "max_new_tokens"), "adapmixed": ("max_new_tokens",),
+            "dp-fewshot": ("max_new_tokens",)}
 
 
 def budget_state(con, dataset: str) -> dict[str, Any]:
@@ -157,8 +242,8 @@ def describe(result: dict[str, Any]) -> str:
     m = _method(result["method"])
     lines = [
         f"[bold]{m.name}[/] — {m.summary}",
-        f"  target: ε = {result['epsilon']:g}, δ = {result['delta']:g} over {result['queries']} queries, "
-        f"Poisson rate q = {result['sampling_rate']:.6g}",
+        f"  target: ε = {result['epsilon']:g}, δ = {result['delta']:g} over {result['queries']} queries"
+        + (f", sampling rate q = {result['sampling_rate']:.6g}" if "sampling_rate" in result else ""),
         m.describe(result),
     ]
     if "budget" in result:

@@ -178,3 +178,32 @@ def test_ingest_a_line_format_with_labels_from_the_command_line(tmp_path):
     assert labels == ["positive", "negative", "positive"]
     bad = runner.invoke(app, [*args[:-2], "--label", "zero", "--db", str(tmp_path / "other.duckdb")])
     assert bad.exit_code == 2 and "RAW=NAME" in bad.output
+
+
+def test_plan_dps_mozo_gives_the_papers_beta():
+    """MECHANISMS §11.1 (000 Table 5, SAMSum ε = 2): N = 14,732, 4 shots, 100 queries × 50 tokens, α = 8."""
+    args = ["plan", "--method", "dps-mozo", "--dataset-size", "14732", "--shots", "4", "--queries", "100",
+            "--max-new-tokens", "50", "--epsilon", "2", "--delta", str(1 / 14732), "--json"]
+    out = _json(runner.invoke(app, [*args, "--alpha", "8"]))
+    assert out["method"] == "dps-mozo" and out["alpha"] == 8
+    assert out["beta"] == pytest.approx(0.1786, abs=5e-5)
+    assert out["epsilon_certified"] <= 2
+    assert _json(runner.invoke(app, args))["alpha"] == 8  # α chosen as 000 does (smallest with ε̃ ≥ ε/2)
+    result = runner.invoke(app, ["plan", "--method", "dps-mozo", "--epsilon", "2", "--delta", "1e-5", "--json"])
+    assert result.exit_code == 2 and "--dataset-size" in result.output
+
+
+def test_plan_adapmixed_and_dp_fewshot_are_certified():
+    out = _json(runner.invoke(app, ["plan", "--method", "adapmixed", "--queries", "100", "--max-new-tokens", "25",
+                                    "--members", "20", "--epsilon", "4", "--delta", "1e-5", "--json"]))
+    assert out["method"] == "adapmixed" and out["epsilon_certified"] <= 4 and out["beta"] > 0
+    assert out["rdp_per_query"] * 100 <= out["rdp_budget"]
+    out = _json(runner.invoke(app, ["plan", "--method", "dp-fewshot", "--mechanism", "exponential", "--queries", "4",
+                                    "--max-new-tokens", "25", "--splits", "10", "--shots", "2", "--dataset-size",
+                                    "4672", "--epsilon", "2", "--delta", "2e-4", "--json"]))
+    assert out["tokens"] == 100 and out["sampling_rate"] == pytest.approx(20 / 4672)
+    assert out["epsilon0"] > 0 and out["epsilon_certified"] <= 2
+    result = runner.invoke(app, ["plan", "--method", "dp-fewshot", "--mechanism", "exponential", "--queries", "4",
+                                 "--max-new-tokens", "25", "--splits", "10", "--sampling-rate", "0.01", "--epsilon",
+                                 "2", "--delta", "2e-4"])
+    assert result.exit_code == 0 and "report-noisy-max" in result.output

@@ -1,8 +1,8 @@
 """Flow `answer_backlog`: drain a query backlog with a DP in-context-learning method (esa, rnm, ksa-jem,
-ksa-ptr, sga, ksa-public; the config's `method`).
+ksa-ptr, sga, ksa-public, dps-mozo, adapmixed, synthetic-icl; the config's `method`).
 
 Reads like DESIGN.md's pipeline: sample → prompt → infer → [embed: esa, sga] → aggregate (pay, then draw)
-→ release.
+→ release; the token-level methods pay, then decode, query by query.
 Tasks pass artifact keys; private text stays in DuckDB.
 """
 
@@ -15,7 +15,9 @@ from dpicl.storage import pending_queries
 from dpicl.storage.db import default_db_path
 from dpicl.tasks import context
 from dpicl.tasks.aggregate import aggregate
+from dpicl.tasks.decode import decode
 from dpicl.tasks.embed import embed
+from dpicl.tasks.icl import icl
 from dpicl.tasks.infer import infer
 from dpicl.tasks.prompt import prompt
 from dpicl.tasks.release import release
@@ -37,6 +39,12 @@ def answer_backlog(config: str = "demo", db: str | None = None, max_queries: int
     released: list[dict] = []
     for start in range(0, len(pending), cfg.batch_queries):
         batch = pending[start:start + cfg.batch_queries]
+        if cfg.method.name in ("dps-mozo", "adapmixed"):  # token level: pay, then decode, per query
+            released += decode(config_path, db_path, run_id, batch, plan, run["event_json"])
+            continue
+        if cfg.method.name == "synthetic-icl":  # public demonstrations only: free
+            released += icl(config_path, db_path, run_id, batch, run["event_json"])
+            continue
         samples = sample(config_path, db_path, run_id, batch, run["event_json"])
         prompts = prompt(config_path, db_path, run_id, samples)
         features = infer(config_path, db_path, run_id, prompts)

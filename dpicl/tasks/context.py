@@ -4,6 +4,7 @@ and the accountant adapter used by the ledger. No algorithm lives here."""
 from __future__ import annotations
 
 import functools
+import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -16,8 +17,14 @@ from dpicl.privacy.accounting.events import event_from_json
 from dpicl.storage.db import connect
 
 
-@functools.lru_cache(maxsize=8)
 def config(config_path: str) -> Config:
+    """The config at `config_path`, parsed once per version of the file (an edited file is read again)."""
+    stat = os.stat(config_path)
+    return _config(config_path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _config(config_path: str, mtime_ns: int, size: int) -> Config:
     return load_config(config_path)
 
 

@@ -29,6 +29,11 @@ def _slug(name: str) -> str:
 def plan_options(cfg: Config) -> dict:
     """Method settings of the config that shape the per-query plan (beyond q, T, ε, δ)."""
     m = cfg.method
+    if m.name == "dps-mozo":
+        return {"max_new_tokens": cfg.generation.max_new_tokens, "shots": m.shots, "alpha": m.alpha}
+    if m.name == "adapmixed":
+        return {"max_new_tokens": cfg.generation.max_new_tokens, "members": m.members, "alpha": m.alpha,
+                "beta": m.beta, "screen_lambda": m.screen_lambda, "screen_sigma": m.screen_sigma}
     if m.name == "ksa-ptr":
         return {"delta0_fraction": m.delta0_fraction, "em_epsilon": m.em_epsilon}
     if m.name == "sga":
@@ -44,9 +49,20 @@ def open_run(config_path: str, db_path: str) -> dict:
     with context.database(db_path) as con:
         budget = require_budget(con, cfg.private_dataset)
         n_records = get_dataset(con, cfg.private_dataset)["n_records"]
-        rate = method.sampling_rate or default_sampling_rate(method.teachers, method.shots, n_records)
-        plan = planning.plan(method.name, sampling_rate=rate, queries=method.planned_queries,
-                             epsilon=budget.epsilon, delta=budget.delta, **plan_options(cfg))
+        options = plan_options(cfg)
+        if method.name == "dps-mozo":
+            rate, options["dataset_size"] = min(1.0, method.shots / n_records), n_records
+        elif method.name in ("adapmixed", "synthetic-icl"):
+            rate = 1.0  # no subsampling; synthetic-icl uses no private data
+        else:
+            rate = method.sampling_rate or default_sampling_rate(method.teachers, method.shots, n_records)
+        plan = planning.plan(method.name, sampling_rate=rate, queries=getattr(method, "planned_queries", 1),
+                             epsilon=budget.epsilon, delta=budget.delta, **options)
+        if method.name == "dps-mozo" and method.beta is not None:
+            plan["beta"] = method.beta  # a radius chosen by hand: the ledger refuses what the budget cannot pay
+        event_json = planning.METHODS[method.name].event(plan).to_json()
+        # fails now, before anything runs, when no accountant can compose it with what the budget already holds
+        context.epsilon_of([*ledger_events(con, cfg.private_dataset), event_json], budget.delta)
         run_id = uuid.uuid4().hex
         flow_run_id = runtime.flow_run.id
         create_run(con, run_id, method.name, cfg.private_dataset, cfg.backlog, cfg.model_dump(mode="json"),
@@ -54,11 +70,11 @@ def open_run(config_path: str, db_path: str) -> dict:
     numbers = {k: v for k, v in plan.items() if k != "budget" and (isinstance(v, (int, float, str)) or (
         isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)))}
     get_run_logger().info("run %s: %s per query, planned for %d queries at ε=%g, δ=%g: %s", run_id, method.name,
-                          method.planned_queries, budget.epsilon, budget.delta, numbers)
+                          getattr(method, "planned_queries", 1), budget.epsilon, budget.delta, numbers)
     return {
         "run_id": run_id,
         "plan": numbers,
-        "event_json": planning.METHODS[method.name].event(plan).to_json(),
+        "event_json": event_json,
     }
 
 

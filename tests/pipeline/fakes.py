@@ -30,6 +30,30 @@ class FakeBackend:
             scores[i, int(hashlib.sha256(p.encode()).hexdigest(), 16) % len(continuations)] = -0.1
         return scores
 
+    # token-level capability: a 40-token vocabulary, id 0 is EOS, id 1 a newline, others the words "t2".."t39"
+    vocab_size = 40
+    eos_token_ids = frozenset({0})
+
+    def next_token_logprobs(self, prompts, suffix=(), *, token_ids=None, cache=True):
+        """Log-probabilities peaked on a token chosen by a hash of the prompt (and the suffix length); EOS after
+        six tokens."""
+        if isinstance(prompts, str):
+            raise TypeError("prompts must be a sequence of strings")
+        self.calls.append((len(prompts), -2.0))
+        out = np.full((len(prompts), self.vocab_size), -6.0)
+        for i, p in enumerate(prompts):
+            favourite = 2 + int(hashlib.sha256(f"{p}|{len(suffix)}".encode()).hexdigest(), 16) % (self.vocab_size - 2)
+            out[i, favourite] = 0.0
+            out[i, 0] = 0.0 if len(suffix) >= 6 else -8.0
+            out[i] -= np.log(np.exp(out[i]).sum())
+        return (out if token_ids is None else out[:, list(token_ids)]).astype(np.float32)
+
+    def decode(self, token_ids):
+        return " ".join("\n" if t == 1 else f"t{t}" for t in token_ids if t != 0)
+
+    def encode_text(self, text):
+        return [1 if w == "\n" else int(w[1:]) for w in text.split()]
+
     def close(self):
         pass
 

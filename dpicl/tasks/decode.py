@@ -1,0 +1,71 @@
+"""Token-level methods' answer stage (dps-mozo, adapmixed): replaces infer → aggregate → release with a decode
+loop per query (DESIGN.md). Pay first, then decode: the query's data-independent cost for
+`generation.max_new_tokens` tokens is reserved in the ledger (committed) before the first token is drawn, and
+the answer is stored with its ledger entry. Returns ids, statuses and ε only."""
+
+from __future__ import annotations
+
+from prefect import get_run_logger, task
+from tqdm.auto import tqdm
+
+from dpicl.config import Config
+from dpicl.decoding import Decoded, adapmixed_answer, dps_mozo_answer
+from dpicl.inference.base import require
+from dpicl.privacy.sampling import assign_teachers
+from dpicl.prompts import render_prompt, zero_shot_prompt
+from dpicl.storage import get_dataset, get_queries, load_records, set_query_status
+from dpicl.storage.ledger import record_release, reserve
+from dpicl.tasks import context
+from dpicl.tasks.common import STAGE, rng_for
+
+# the per-query parameters kept with each release
+PLAN_DETAILS = {"dps-mozo": ("beta", "alpha", "sampling_rate"), "adapmixed": ("beta", "alpha", "rdp_per_query")}
+
+
+def _answer(cfg: Config, backend, plan: dict, records: list, teacher_key: bytes, query: str, rng) -> Decoded:
+    m, gen = cfg.method, cfg.generation
+    demos = [(r.input, r.output) for r in records]
+    zero_shot = zero_shot_prompt(cfg.task, query)
+    if m.name == "dps-mozo":
+        return dps_mozo_answer(backend, zero_shot, lambda i: render_prompt(cfg.task, [demos[i]], query), len(demos),
+                               shots=m.shots, top_k=m.top_k, beta=plan["beta"], alpha=plan["alpha"],
+                               max_new_tokens=gen.max_new_tokens, stop=gen.stop, rng=rng)
+    # adapmixed: every record in one member's part (keyed hash of the record), `shots` of them in its prompt
+    index = {r.record_id: i for i, r in enumerate(records)}
+    parts = assign_teachers([r.record_id for r in records], teacher_key, m.members, m.shots, 1.0, rng)
+    members = [render_prompt(cfg.task, [demos[index[r]] for r in part], query) for part in parts]
+    return adapmixed_answer(backend, zero_shot, members, beta=plan["beta"], alpha=plan["alpha"], top_k=m.top_k,
+                            screen_lambda=m.screen_lambda, screen_sigma=m.screen_sigma, threshold=m.threshold,
+                            max_new_tokens=gen.max_new_tokens, stop=gen.stop, rng=rng)
+
+
+@task(name="decode", **STAGE)
+def decode(config_path: str, db_path: str, run_id: str, query_ids: list[str], plan: dict, event_json: str
+           ) -> list[dict]:
+    """Returns one row per answered query: query id, status and ε cost (no text); unpaid queries are refused."""
+    cfg = context.config(config_path)
+    method = cfg.method.name
+    backend = context.backend(cfg)
+    require(backend, "next_token_logprobs")
+    shared = {k: plan[k] for k in PLAN_DETAILS[method]}
+    rows, refused = [], []
+    with context.database(db_path) as con:
+        records = load_records(con, cfg.private_dataset)
+        teacher_key = get_dataset(con, cfg.private_dataset)["teacher_key"]
+        queries = get_queries(con, cfg.backlog, query_ids)
+        for query_id in tqdm(query_ids, desc=f"{method} decode", unit="query"):
+            reservation = reserve(
+                con, dataset=cfg.private_dataset, run_id=run_id, backlog=cfg.backlog, query_id=query_id,
+                mechanism=method, event_json=event_json, epsilon_of=context.epsilon_of,
+            )
+            if reservation is None:
+                refused.append(query_id)
+                continue
+            decoded = _answer(cfg, backend, plan, records, teacher_key, queries[query_id].input,
+                              rng_for(cfg, run_id, "noise", query_id))
+            record_release(con, reservation, run_id=run_id, mechanism=method, answer=decoded.text,
+                           details={**decoded.info, **shared})
+            rows.append({"query_id": query_id, "status": "answered", "epsilon_cost": reservation.epsilon_cost})
+        set_query_status(con, cfg.backlog, refused, "refused_budget")
+    get_run_logger().info("decoded %d answers; %d refused (budget cannot pay)", len(rows), len(refused))
+    return rows

@@ -21,11 +21,14 @@ from dpicl.privacy.mechanisms import adapmixed, dp_fewshot, dps_mozo
 
 @dataclass
 class Decoded:
-    """A privately decoded text and numbers about how it was made (never private text)."""
+    """A privately decoded text and numbers about how it was made (never private text): `info` is computed from
+    DP outputs only and may be released; `private` is computed from private data (e.g. the λ's, AdaPMixED's
+    data-dependent RDP) and must stay in DuckDB as a private artifact."""
 
     text: str
     tokens: list[int]
     info: dict = field(default_factory=dict)
+    private: dict = field(default_factory=dict)
 
 
 def _decode_loop(backend, max_new_tokens: int, stop: Sequence[str],
@@ -62,7 +65,7 @@ def dps_mozo_answer(backend, zero_shot: str, one_shot: Callable[[int], str], n_r
         return token
 
     text, tokens, steps = _decode_loop(backend, max_new_tokens, stop, next_token)
-    return Decoded(text, tokens, {"steps": steps, "mean_lambda": float(np.mean(lambdas)) if lambdas else 0.0})
+    return Decoded(text, tokens, {"steps": steps}, {"mean_lambda": float(np.mean(lambdas)) if lambdas else 0.0})
 
 
 def adapmixed_answer(backend, zero_shot: str, members: Sequence[str], *, beta: float, alpha: int, top_k: int,
@@ -86,10 +89,9 @@ def adapmixed_answer(backend, zero_shot: str, members: Sequence[str], *, beta: f
         return token
 
     text, tokens, steps = _decode_loop(backend, max_new_tokens, stop, next_token)
-    return Decoded(text, tokens, {"steps": steps, "screens_passed": passed,
-                                  # 003's data-dependent RDP at order α: reported, never spent by (it is computed
-                                  # from private data); the ledger holds the data-independent bound
-                                  "data_dependent_rdp": data_dependent})
+    # screens passed: post-processing of the noisy screens; 003's data-dependent RDP at order α is computed from
+    # private data: kept privately, never spent by (the ledger holds the data-independent bound)
+    return Decoded(text, tokens, {"steps": steps, "screens_passed": passed}, {"data_dependent_rdp": data_dependent})
 
 
 def dp_fewshot_text(backend, public_prompt: str, private_prompts: Callable[[], list[str]], *, mechanism: str,

@@ -14,6 +14,7 @@ from dpicl.inference.base import require
 from dpicl.privacy.sampling import assign_teachers
 from dpicl.prompts import render_prompt, zero_shot_prompt
 from dpicl.storage import get_dataset, get_queries, load_records, set_query_status
+from dpicl.storage.artifacts import artifact_key, put_artifact
 from dpicl.storage.ledger import record_release, reserve
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE, rng_for
@@ -63,6 +64,9 @@ def decode(config_path: str, db_path: str, run_id: str, query_ids: list[str], pl
                 continue
             decoded = _answer(cfg, backend, plan, records, teacher_key, queries[query_id].input,
                               rng_for(cfg, run_id, "noise", query_id))
+            # numbers computed from private data (AdaPMixED's data-dependent RDP, DPS-MOZO's λ's) stay private
+            put_artifact(con, artifact_key("settlement", [], {"entry_id": reservation.entry_id}), "settlement",
+                         cfg.backlog, query_id, decoded.private, private=True, run_id=run_id)
             record_release(con, reservation, run_id=run_id, mechanism=method, answer=decoded.text,
                            details={**decoded.info, **shared})
             rows.append({"query_id": query_id, "status": "answered", "epsilon_cost": reservation.epsilon_cost})

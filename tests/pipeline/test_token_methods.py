@@ -3,6 +3,8 @@ demonstrations (002, and DPS-MOZO+Off) written as a public dataset for one charg
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -68,10 +70,18 @@ def test_adapmixed_reserves_the_data_independent_bound_and_reports_the_data_depe
     events, releases, summary = _state(db)
     assert result["answered"] == PLANNED and result["refused_budget"] == N_QUERIES - PLANNED
     assert all(isinstance(e, FixedOrderRDPEvent) and e.alpha == 18 for e in events)
-    for r in releases:
+    con = connect(db, read_only=True)
+    try:
+        settled = [json.loads(p) for (p,) in con.execute(
+            "SELECT payload FROM artifacts WHERE stage = 'settlement' AND private").fetchall()]
+    finally:
+        con.close()
+    assert len(settled) == PLANNED
+    for r, s in zip(releases, settled):
         d = r["details"]
         assert 0 <= d["screens_passed"] <= d["steps"] <= MAX_TOKENS
-        assert 0 <= d["data_dependent_rdp"] <= d["rdp_per_query"] + 1e-12  # never more than what was reserved
+        assert "data_dependent_rdp" not in d  # computed from private data: never released
+        assert 0 <= s["data_dependent_rdp"] <= d["rdp_per_query"] + 1e-12  # never more than what was reserved
     assert summary["epsilon_spent"] <= summary["epsilon_limit"]
     backend, _ = fake_models
     assert {n for n, kind in backend.calls if kind == -2.0} == {6}  # 5 members + the public one, one call a token

@@ -87,3 +87,48 @@ def test_sga_picks_among_public_outputs_with_the_real_encoder_and_model(tmp_path
     for r in _releases(db):
         assert r["mechanism"] == "sga" and r["epsilon_cost"] > 0
         assert 1 <= len(r["details"]["candidate_indices"]) <= 2
+
+
+def _token_env(tmp_path, method: dict) -> tuple[str, str]:
+    rows = [{"id": str(i), "x": r, "y": f"The review says the film is {r.split()[1]}"} for i, r in enumerate(REVIEWS)]
+    task = {"demo_template": "Review: {input}\nSummary: {output}", "query_template": "Review: {input}\nSummary:"}
+    config, db = _env(tmp_path, "summarization", {}, task, rows)
+    raw = yaml.safe_load(open(config))
+    raw["method"] = {"planned_queries": 10, "top_k": 20, **method}
+    raw["generation"] = {"max_new_tokens": 6, "stop": ["\n"]}
+    open(config, "w").write(yaml.safe_dump(raw))
+    return config, db
+
+
+@pytest.mark.parametrize("method", [{"name": "dps-mozo", "shots": 2}, {"name": "adapmixed", "members": 3}])
+def test_token_level_methods_decode_with_the_real_model(tmp_path, method):
+    config, db = _token_env(tmp_path, method)
+    assert answer_backlog(config=config, db=db)["answered"] == 2
+    for r in _releases(db):
+        assert r["mechanism"] == method["name"] and r["epsilon_cost"] > 0
+        assert 1 <= r["details"]["steps"] <= 6 and "\n" not in r["answer"]
+
+
+def test_synthesize_then_answer_for_free_with_the_real_model(tmp_path):
+    from dpicl.flows.synthesize_demos import synthesize_demos
+    from dpicl.storage import load_records
+
+    config, db = _token_env(tmp_path, {"name": "dp-fewshot", "splits": 2, "shots": 1, "demos": 2})
+    con = connect(db)
+    ingest_dataset(con, write_jsonl(tmp_path / "pub.jsonl", [{"id": "a", "x": "a gripping thriller", "y": "-"},
+                                                              {"id": "b", "x": "a flat comedy", "y": "-"}]),
+                   "pub", "public", "summarization", FieldMap(id="id", input="x", output="y"))
+    con.close()
+    raw = yaml.safe_load(open(config))
+    raw.update(public_dataset="pub", synthetic={"name": "synthetic", "epsilon": 1.0})
+    open(config, "w").write(yaml.safe_dump(raw))
+    assert synthesize_demos(config=config, db=db)["demonstrations"] == 2
+    con = connect(db, read_only=True)
+    try:
+        assert [r.input for r in load_records(con, "synthetic")] == ["a gripping thriller", "a flat comedy"]
+    finally:
+        con.close()
+    raw["method"] = {"name": "synthetic-icl", "demos_dataset": "synthetic", "shots": 2}
+    open(config, "w").write(yaml.safe_dump(raw))
+    assert answer_backlog(config=config, db=db)["answered"] == 2
+    assert all(r["epsilon_cost"] == 0 for r in _releases(db))

@@ -171,9 +171,9 @@ def quality(backend, cfgs, private, public, key, refs: dict[str, list[str]], n: 
             with stage(f"adapmixed ε={eps:g}"):
                 for q in queries:
                     parts = assign_teachers(ids, key, m.members, m.shots, 1.0, rng)
-                    members = [render_prompt(task, [(by_id[r].input, by_id[r].output) for r in part], q)
+                    prompts = [render_prompt(task, [(by_id[r].input, by_id[r].output) for r in part], q)
                                for part in parts]
-                    d = adapmixed_answer(backend, zero_shot_prompt(task, q), members, beta=p["beta"], alpha=m.alpha,
+                    d = adapmixed_answer(backend, zero_shot_prompt(task, q), prompts, beta=p["beta"], alpha=m.alpha,
                                          top_k=m.top_k, screen_lambda=m.screen_lambda, screen_sigma=m.screen_sigma,
                                          threshold=m.threshold, max_new_tokens=gen.max_new_tokens, stop=gen.stop,
                                          rng=rng)

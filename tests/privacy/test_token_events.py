@@ -118,3 +118,17 @@ def test_the_ledger_takes_the_smaller_sound_bound():
     assert total_epsilon(pure, 1 / 40000) < 0.6 * PRVAccountant().epsilon(pure, 1 / 40000)
     gauss = [ComposedEvent(GAUSS, 100)]
     assert total_epsilon(gauss, 1e-5) == PRVAccountant().epsilon(gauss, 1e-5) < RDPAccountant().epsilon(gauss, 1e-5)
+
+
+@pytest.mark.parametrize("call", [
+    lambda secret: __import__("dpicl.privacy.mechanisms.adapmixed", fromlist=["x"]).plan(
+        10, 5, 1.0, 1e-5, members=[secret]),
+    lambda secret: __import__("dpicl.privacy.mechanisms.dps_mozo", fromlist=["x"]).plan(secret, 4, 10, 5, 1.0, 1e-5),
+    lambda secret: __import__("dpicl.privacy.mechanisms.dp_fewshot", fromlist=["x"]).plan(
+        0.01, secret, 1.0, 1e-5, splits=4),
+])
+def test_misplaced_text_never_reaches_an_error_message(call):
+    secret = "Patient Jane Roe, MRN 12345, was admitted with chest pain"
+    with pytest.raises((ValueError, TypeError)) as err:
+        call(secret)
+    assert "Jane" not in str(err.value)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from prv_accountant import PRVAccountant as _LibPRVAccountant
 from prv_accountant import PoissonSubsampledGaussianMechanism
+from prv_accountant import PRVAccountant as _LibPRVAccountant
 from prv_accountant.privacy_random_variables import PureDPMechanism
 
 from .events import (

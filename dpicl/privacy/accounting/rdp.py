@@ -241,8 +241,8 @@ class RDPAccountant:
         if len(relations) > 1:
             raise UnsupportedEventError(
                 "cannot compose events for different neighbouring relations (add/remove one record vs replace "
-                "one record): DPS-MOZO's guarantee is for replacement, every other method's for add/remove, so a private "
-                "dataset's budget is spent by DPS-MOZO alone or by the other methods alone (ingesting the same "
+                "one record): DPS-MOZO's guarantee is for replacement, every other method's for add/remove, so a "
+                "private dataset's budget is spent by DPS-MOZO alone or by the other methods alone (ingesting the same "
                 "records again under another name would not avoid this: it would hide real spending)")
 
     def rdp(self, events: Sequence[PrivacyEvent]) -> np.ndarray:

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
+from ..errors import shown
+
 _LOG2 = math.log(2.0)
 _LOG4 = math.log(4.0)
 
@@ -38,14 +40,14 @@ _LOG4 = math.log(4.0)
 def _integer_order(order, name: str = "order") -> int:
     if isinstance(order, bool) or not isinstance(order, numbers.Real) or not float(order).is_integer() \
             or order < 2:
-        raise ValueError(f"{name} must be an integer Rényi order >= 2, got {order!r}")
+        raise ValueError(f"{name} must be an integer Rényi order >= 2, got {shown(order)}")
     return int(order)
 
 
 def _check_rate(sampling_rate: float) -> float:
     q = float(sampling_rate)
     if not 0 < q <= 1:
-        raise ValueError(f"sampling_rate must be in (0, 1] (shots / dataset size), got {sampling_rate!r}")
+        raise ValueError(f"sampling_rate must be in (0, 1] (shots / dataset size), got {shown(sampling_rate)}")
     return q
 
 
@@ -93,7 +95,7 @@ def dps_mozo_rdp(beta: float, alpha: int, sampling_rate: float, orders: Iterable
     (α, 4βα) claim, monotonicity in the order); ``inf`` at orders above ``alpha`` (no bound is known there).
     """
     if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not (math.isfinite(beta) and beta >= 0):
-        raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
+        raise ValueError(f"beta must be a finite number >= 0, got {shown(beta)}")
     a = _integer_order(alpha, "alpha")
     q = _check_rate(sampling_rate)
     base = 4.0 * float(beta) * a
@@ -112,9 +114,9 @@ def dps_mozo_rdp(beta: float, alpha: int, sampling_rate: float, orders: Iterable
 
 def _check_conversion(alpha: float, delta: float) -> tuple[float, float]:
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not (math.isfinite(alpha) and alpha > 1):
-        raise ValueError(f"alpha must be a finite Rényi order > 1, got {alpha!r}")
+        raise ValueError(f"alpha must be a finite Rényi order > 1, got {shown(alpha)}")
     if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+        raise ValueError(f"delta must be in (0, 1), got {shown(delta)}")
     return float(alpha), float(delta)
 
 
@@ -129,5 +131,5 @@ def fixed_order_budget(epsilon: float, delta: float, alpha: float) -> float:
     (MECHANISMS §A.2 "Inverse at fixed α"). May be ≤ 0 when α is too small for δ (nothing can be spent)."""
     if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not (
             math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+        raise ValueError(f"epsilon must be a finite number > 0, got {shown(epsilon)}")
     return float(epsilon) - conversion_term(alpha, delta)

@@ -65,6 +65,7 @@ from scipy.special import logsumexp
 from ..accounting.events import FixedOrderRDPEvent
 from ..accounting.rdp import bbghs_epsilon
 from ..accounting.wor import conversion_term, fixed_order_budget
+from ..errors import shown
 from .renyi import largest_feasible, renyi_divergence, symmetric_renyi
 
 METHOD = "adapmixed"  # name in `dpicl plan` and label of the ledger event
@@ -85,33 +86,33 @@ _BISECT_STEPS = 200
 
 def _positive(name: str, value, *, upper: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        raise ValueError(f"{name} must be a finite number > 0, got {shown(value)}")
     if upper is not None and value > upper:
-        raise ValueError(f"{name} must be <= {upper}, got {value!r}")
+        raise ValueError(f"{name} must be <= {upper}, got {shown(value)}")
     return float(value)
 
 
 def _count(name: str, value, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {shown(value)}")
     return int(value)
 
 
 def _order(alpha) -> float:
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not (math.isfinite(alpha) and alpha > 1):
-        raise ValueError(f"alpha must be a finite Rényi order > 1, got {alpha!r}")
+        raise ValueError(f"alpha must be a finite Rényi order > 1, got {shown(alpha)}")
     return float(alpha)
 
 
 def _integer_order(alpha) -> int:
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not float(alpha).is_integer() or alpha < 2:
-        raise ValueError(f"alpha must be an integer Rényi order >= 2 (the ledger's fixed order), got {alpha!r}")
+        raise ValueError(f"alpha must be an integer Rényi order >= 2 (the ledger's fixed order), got {shown(alpha)}")
     return int(alpha)
 
 
 def _lam(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
-        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+        raise ValueError(f"{name} must be in [0, 1], got {shown(value)}")
     return float(value)
 
 
@@ -298,7 +299,7 @@ def noisy_screen(private, p_0, *, top_k: int, lam: float, sigma: float, threshol
     Costs ``screen_rdp(alpha, lam, N, sigma)`` whatever the outcome."""
     a = _order(alpha)
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or math.isnan(threshold):
-        raise ValueError(f"threshold must be a number, got {threshold!r}")
+        raise ValueError(f"threshold must be a number, got {shown(threshold)}")
     support, noisy = noisy_mixture(private, p_0, top_k=top_k, lam=lam, sigma=sigma, rng=rng)
     divergence = screen_divergence(support, noisy, p_0, a)
     # nothing positive left after the noise (divergence ∞) fails the screen even when threshold = ∞
@@ -328,7 +329,7 @@ def member_bound_rdp(alpha: float, beta: float, n_members: int) -> float:
     a = _order(alpha)
     b = float(beta)
     if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not (math.isfinite(b) and b >= 0):
-        raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
+        raise ValueError(f"beta must be a finite number >= 0, got {shown(beta)}")
     n = _count("n_members", n_members)
     x = (a - 1) * pairwise_factor(a) * b * a
     log_rest = math.log(n - 1) if n > 1 else -math.inf
@@ -474,7 +475,7 @@ def plan(queries: int, max_new_tokens: int, epsilon: float, delta: float, *, mem
     tokens = _count("max_new_tokens", max_new_tokens)
     epsilon = _positive("epsilon", epsilon)
     if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+        raise ValueError(f"delta must be in (0, 1), got {shown(delta)}")
     delta = float(delta)
     members = _count("members", members)
     a = _integer_order(alpha)
@@ -482,7 +483,7 @@ def plan(queries: int, max_new_tokens: int, epsilon: float, delta: float, *, mem
     screen_sigma = _positive("screen_sigma", screen_sigma)
     _count("top_k", top_k)
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or math.isnan(threshold):
-        raise ValueError(f"threshold must be a number, got {threshold!r}")
+        raise ValueError(f"threshold must be a number, got {shown(threshold)}")
     budget = fixed_order_budget(epsilon, delta, a)
     if not budget > 0:
         raise ValueError(f"at alpha = {a} and delta = {delta:g} the conversion alone costs "

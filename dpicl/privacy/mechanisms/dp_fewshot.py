@@ -48,6 +48,7 @@ from scipy.special import gammaln, log_expit, logsumexp
 from ..accounting.auto import total_epsilon
 from ..accounting.calibration import plan_gaussian
 from ..accounting.events import ComposedEvent, PrivacyEvent, SubsampledGaussianEvent, SubsampledPureDPEvent
+from ..errors import shown
 
 METHOD = "dp-fewshot"  # name in plans
 MECHANISM = "dp_fewshot"  # label of the ledger events
@@ -78,18 +79,18 @@ def linf_sensitivity(splits: int) -> float:
 
 def _check_int(name: str, value, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {shown(value)}")
 
 
 def _check_positive(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
             or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        raise ValueError(f"{name} must be a finite number > 0, got {shown(value)}")
 
 
 def _check_mechanism(mechanism: str) -> None:
     if mechanism not in MECHANISMS:
-        raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
+        raise ValueError(f"mechanism must be one of {MECHANISMS}, got {shown(mechanism)}")
 
 
 def _check_noise_parameter(mechanism: str, noise_multiplier, epsilon0) -> None:
@@ -112,7 +113,7 @@ def _check_noise_parameter(mechanism: str, noise_multiplier, epsilon0) -> None:
 def _check_rate(sampling_rate) -> None:
     _check_positive("sampling_rate", sampling_rate)
     if sampling_rate > 1:
-        raise ValueError(f"sampling_rate must be in (0, 1], got {sampling_rate!r}")
+        raise ValueError(f"sampling_rate must be in (0, 1], got {shown(sampling_rate)}")
 
 
 def _check_dists(dists: np.ndarray, mechanism: str) -> np.ndarray:
@@ -320,7 +321,7 @@ def randomized_response_epsilon(amplified_epsilon: float, count: int, delta: flo
     _check_int("count", count)
     _check_positive("delta", delta)
     if delta >= 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+        raise ValueError(f"delta must be in (0, 1), got {shown(delta)}")
     i = np.arange(count + 1, dtype=np.float64)
     loss = (count - 2 * i) * amplified_epsilon
     log_w = (gammaln(count + 1) - gammaln(i + 1) - gammaln(count - i + 1)
@@ -394,7 +395,7 @@ def plan(sampling_rate: float, tokens: int, epsilon: float, delta: float, *, spl
     _check_positive("epsilon", epsilon)
     _check_positive("delta", delta)
     if delta >= 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+        raise ValueError(f"delta must be in (0, 1), got {shown(delta)}")
     tokens, splits = int(tokens), int(splits)
     base = {"method": METHOD, "mechanism": mechanism, "splits": splits, "sampling_rate": sampling_rate,
             "tokens": tokens, "epsilon": epsilon, "delta": delta}

@@ -46,6 +46,7 @@ import numpy as np
 from ..accounting.events import DPSMozoEvent
 from ..accounting.rdp import bbghs_epsilon
 from ..accounting.wor import dps_mozo_rdp, fixed_order_budget
+from ..errors import shown
 from .renyi import largest_feasible, symmetric_renyi
 
 METHOD = "dps-mozo"  # name in `dpicl plan`
@@ -60,31 +61,31 @@ _ALPHA_MAX = 10**6
 
 def _positive_int(name: str, value, hint: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}{hint}")
+        raise ValueError(f"{name} must be an integer >= 1, got {shown(value)}{hint}")
     return int(value)
 
 
 def _positive_number(name: str, value, hint: str = "") -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}{hint}")
+        raise ValueError(f"{name} must be a finite number > 0, got {shown(value)}{hint}")
     return float(value)
 
 
 def _delta(delta) -> float:
     if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1) (usually 1/|D| or smaller), got {delta!r}")
+        raise ValueError(f"delta must be in (0, 1) (usually 1/|D| or smaller), got {shown(delta)}")
     return float(delta)
 
 
 def _order(alpha, name: str = "alpha") -> float:
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not (math.isfinite(alpha) and alpha > 1):
-        raise ValueError(f"{name} must be a finite Rényi order > 1, got {alpha!r}")
+        raise ValueError(f"{name} must be a finite Rényi order > 1, got {shown(alpha)}")
     return float(alpha)
 
 
 def _integer_order(alpha) -> int:
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not float(alpha).is_integer() or alpha < 2:
-        raise ValueError(f"alpha must be an integer Rényi order >= 2, got {alpha!r} (or leave it out: "
+        raise ValueError(f"alpha must be an integer Rényi order >= 2, got {shown(alpha)} (or leave it out: "
                          "choose_alpha picks one)")
     return int(alpha)
 
@@ -140,7 +141,7 @@ def mix_logits(one_shot, zero_shot, lam: float) -> np.ndarray:
         raise ValueError(f"one_shot and zero_shot must both be over K, got shapes {one.shape} and {zero.shape}")
     lam = float(lam)
     if not (math.isfinite(lam) and lam >= 0):
-        raise ValueError(f"lam must be a finite number >= 0, got {lam!r}")
+        raise ValueError(f"lam must be a finite number >= 0, got {shown(lam)}")
     return _mix(one, zero, lam)
 
 
@@ -190,7 +191,7 @@ def choose_lambda(one_shot, zero_shot, beta: float, alpha: float, upper: float =
     alpha = _order(alpha)
     upper = float(upper)
     if not (math.isfinite(upper) and upper >= 0):
-        raise ValueError(f"upper must be a finite number >= 0, got {upper!r}")
+        raise ValueError(f"upper must be a finite number >= 0, got {shown(upper)}")
     if not np.isfinite(zero).all():
         raise ValueError("zero_shot must be finite over K (choose K with public_top_k)")
     return _choose_lambda(one, zero, beta, alpha, upper)[0]
@@ -329,7 +330,7 @@ def calibrate_beta(sampling_rate: float, steps: int, epsilon: float, delta: floa
     ``steps`` = queries × max_new_tokens."""
     q = _positive_number("sampling_rate", sampling_rate)
     if q > 1:
-        raise ValueError(f"sampling_rate must be in (0, 1] (shots / dataset size), got {sampling_rate!r}")
+        raise ValueError(f"sampling_rate must be in (0, 1] (shots / dataset size), got {shown(sampling_rate)}")
     steps = _positive_int("steps", steps, " (queries × max_new_tokens)")
     epsilon = _positive_number("epsilon", epsilon)
     delta = _delta(delta)

@@ -31,6 +31,9 @@ def answer_backlog(config: str = "demo", db: str | None = None, max_queries: int
     config_path = str(resolve_config_path(config))
     db_path = str(db or default_db_path())
     cfg = context.config(config_path)
+    if cfg.method.name == "dp-fewshot":
+        raise ValueError("method dp-fewshot does not answer queries: it writes DP synthetic demonstrations "
+                         "(`dpicl synthesize CONFIG`); answer with them by a config whose method is synthetic-icl")
     with context.database(db_path) as con:
         pending = pending_queries(con, cfg.backlog, limit=max_queries)
 

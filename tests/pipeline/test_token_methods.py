@@ -158,3 +158,10 @@ def test_classification_demonstrations_come_per_label_from_disjoint_pools(classi
     assert sorted(d.output for d in demos) == sorted(LABELS * 2)
     # one charge: the pool with the largest rate (all pools have 20 records: q = 2·2/20), every token of its demos
     assert event.count == 2 * MAX_TOKENS and event.event.sampling_rate == pytest.approx(4 / 20)
+
+
+def test_dp_fewshot_config_is_sent_to_synthesize(pipeline_env):
+    config, db = pipeline_env
+    _configure(config, {"name": "dp-fewshot"}, public_dataset="tiny", synthetic={"name": "s"})
+    with pytest.raises(ValueError, match="dpicl synthesize"):
+        answer_backlog(config=config, db=db)

@@ -25,9 +25,8 @@ from paper001 import report, stage  # run as a script: benchmarks/ is on sys.pat
 from dpicl import planning
 from dpicl.config import load_config
 from dpicl.embeddings.candidates import public_candidates
-from dpicl.keywords import keywords, words  # words: nltk.word_tokenize without NLTK data
-from dpicl.metrics import rouge
-from dpicl.privacy.mechanisms import dpm, joint_em
+from dpicl.evaluation.sweep import nonprivate
+from dpicl.metrics import evaluate
 from dpicl.privacy.rng import make_rng
 from dpicl.privacy.sampling import assign_teachers, default_sampling_rate
 from dpicl.prompts import keyword_prompt, public_ensemble, render_prompt, zero_shot_prompt
@@ -35,7 +34,7 @@ from dpicl.storage import get_dataset, load_records
 from dpicl.storage.db import connect
 from dpicl.storage.ingest import ingest_source
 from dpicl.tasks import context
-from dpicl.tasks.aggregate import AGGREGATORS, public_domain
+from dpicl.tasks.aggregate import AGGREGATORS
 from dpicl.tasks.infer import greedy_params
 from dpicl.tasks.prompt import public_key
 from dpicl.tasks.release import sga_prompt
@@ -44,52 +43,12 @@ from dpicl.tasks.run import plan_options
 INF = float("inf")
 
 
-def bleu1(answers: list[str], references: list[str]) -> float:
-    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
-
-    smooth = SmoothingFunction().method4
-    return 100 * float(np.mean([sentence_bleu([words(r)], words(a), weights=(1, 0, 0, 0),
-                                              smoothing_function=smooth) for a, r in zip(answers, references)]))
-
-
-def meteor(answers: list[str], references: list[str]) -> float | None:
-    """NLTK METEOR × 100 as 004 computes it, or None when NLTK's WordNet data is not installed (it is a separate
-    download, and the hub/NLTK servers are out of reach here)."""
-    from nltk.translate.meteor_score import meteor_score
-
-    try:
-        return 100 * float(np.mean([meteor_score([words(r)], words(a))
-                                    for a, r in zip(answers, references)]))
-    except LookupError:
-        return None
-
-
 def score(task: str, answers: list[str], references: list[str]) -> dict[str, float]:
-    result = rouge(answers, references, stemmer=True)
-    if task == "chatdoctor":
-        result["bleu1"] = bleu1(answers, references)
-        value = meteor(answers, references)
-        if value is None:
-            print("METEOR skipped: NLTK's WordNet data is not installed (python -m nltk.downloader wordnet)",
-                  flush=True)
-        else:
-            result["meteor"] = value
-    return result
-
-
-def exact_sga(cfg, inputs: dict, rng) -> dict:
-    """DPM without noise: exact splits, counts and means (the ε = ∞ row)."""
-    levels = cfg.method.levels
-    params = dpm.DPMParams(em_epsilons=(INF,) * levels, count_scales=(0.0,) * levels, noise_std=0.0,
-                           interval=dpm.interval_size(inputs["public"], rng))
-    clusters = dpm.cluster(np.concatenate([inputs["teachers"], inputs["public"]]), params, rng)
-    return {"centres": [c.centre for c in clusters], "counts": [c.noisy_count for c in clusters]}
-
-
-def exact_ksa(cfg, inputs: dict) -> dict:
-    domain = public_domain(inputs["public_outputs"], inputs["zero_shot"])
-    counts = joint_em.histogram_on_domain([keywords(t) for t in inputs["teacher_outputs"]], domain)
-    return {"keywords": [domain[i] for i in np.argsort(-counts, kind="stable")[:min(cfg.method.k, len(domain))]]}
+    names = ["rouge1_stem", "rouge2_stem", "rougeL_stem"] + (["bleu1", "meteor"] if task == "chatdoctor" else [])
+    result = evaluate(answers, references, names)
+    for name, reason in result.skipped.items():
+        print(f"{name} skipped: {reason}", flush=True)
+    return {name.removesuffix("_stem"): value for name, value in result.scores.items()}
 
 
 def main() -> None:
@@ -170,8 +129,8 @@ def main() -> None:
                                                              epsilon=eps, delta=delta, **plan_options(mcfg))
             with stage(f"{method}: aggregate"):
                 _, aggregator = AGGREGATORS[method]
-                exact = (lambda f: exact_sga(mcfg, f, rng)) if method == "sga" else (lambda f: exact_ksa(mcfg, f))
-                results = [exact(f) if plan is None else aggregator(mcfg, plan, f, rng) for f in features]
+                results = [nonprivate(mcfg, f, rng) if plan is None else aggregator(mcfg, plan, f, rng)
+                           for f in features]
             with stage(f"{method}: release"):
                 if method == "sga":
                     chosen = [public_candidates(r["centres"], f["public"], f["public_outputs"], mcfg.method.k)

@@ -26,10 +26,9 @@ import numpy as np
 from dpicl import planning
 from dpicl.config import load_config
 from dpicl.embeddings.candidates import nearest_candidate
+from dpicl.evaluation.sweep import nonprivate
 from dpicl.inference.base import GenerationParams
-from dpicl.keywords import keywords
 from dpicl.metrics import accuracy, rouge
-from dpicl.privacy.mechanisms import joint_em, ksa_ptr
 from dpicl.privacy.rng import make_rng
 from dpicl.privacy.sampling import assign_teachers, default_sampling_rate
 from dpicl.prompts import keyword_prompt, render_prompt, zero_shot_prompt
@@ -79,26 +78,6 @@ def score(cfg, answers: list[str], references: list[str]) -> dict[str, float]:
     if cfg.task.type == "classification":
         return {"accuracy": accuracy(answers, references)}
     return rouge(answers, references)
-
-
-def nonprivate(method: str, cfg, inputs: dict):
-    """The same aggregate without noise (the paper's "Agg, ε = ∞")."""
-    if method == "esa":
-        return inputs["teachers"].mean(axis=0)
-    if method == "rnm":
-        votes = np.asarray(inputs["teacher_votes"])
-        return {"label": int(np.argmax(np.bincount(votes, minlength=len(cfg.task.labels))))}
-    sets = [keywords(t) for t in inputs["teacher_outputs"]]
-    if method == "ksa-jem":
-        domain = keywords(inputs["zero_shot"])
-        counts = joint_em.histogram_on_domain(sets, domain)
-        top = np.argsort(-counts, kind="stable")[:min(cfg.method.k, len(domain))]
-        return {"keywords": [domain[i] for i in top]}
-    tokens, counts = ksa_ptr.histogram(sets)
-    if len(tokens) == 0:
-        return {"keywords": None}
-    k_star = int(np.argmax(ksa_ptr.gaps(counts, cfg.method.k_max)))
-    return {"keywords": list(tokens[:k_star + 1])}
 
 
 def main() -> None:
@@ -188,7 +167,7 @@ def main() -> None:
                                                              epsilon=eps, delta=delta, **plan_options(cfg))
             with stage(f"{method}: aggregate"):
                 _, aggregator = AGGREGATORS[method]
-                results = [nonprivate(method, cfg, f) if plan is None else aggregator(cfg, plan, f, rng)
+                results = [nonprivate(cfg, f, rng) if plan is None else aggregator(cfg, plan, f, rng)
                            for f in features]
             with stage(f"{method}: release"):
                 if method == "esa":

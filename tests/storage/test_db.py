@@ -40,16 +40,20 @@ def test_pending_migration_applied_in_order_and_read_only_refuses_older_schema(d
     connect(db_path).close()
     migrations = tmp_path / "migrations"
     migrations.mkdir()
-    (migrations / "0001_initial.sql").write_text((db.MIGRATIONS_DIR / "0001_initial.sql").read_text())
-    (migrations / "0002_extra.sql").write_text("CREATE TABLE extra (a INTEGER); INSERT INTO extra VALUES (42);")
+    for path in db.MIGRATIONS_DIR.glob("*.sql"):
+        (migrations / path.name).write_text(path.read_text())
+    known = [version for version, _, _ in db.migrations()]
+    extra = f"{known[-1] + 1:04d}_extra"
+    (migrations / f"{extra}.sql").write_text("CREATE TABLE extra (a INTEGER); INSERT INTO extra VALUES (42);")
     monkeypatch.setattr(db, "MIGRATIONS_DIR", migrations)
 
-    with pytest.raises(SchemaVersionError, match="0002_extra") as caught:
+    with pytest.raises(SchemaVersionError, match=extra) as caught:
         connect(db_path, read_only=True)
     assert "read-write" in str(caught.value)
 
     con = connect(db_path)
-    assert con.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall() == [(1,), (2,)]
+    assert con.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall() == [
+        (v,) for v in [*known, known[-1] + 1]]
     assert con.execute("SELECT a FROM extra").fetchall() == [(42,)]
     con.close()
     con = connect(db_path, read_only=True)  # now current
@@ -60,14 +64,17 @@ def test_pending_migration_applied_in_order_and_read_only_refuses_older_schema(d
 def test_failed_migration_is_rolled_back_and_not_recorded(db_path, tmp_path, monkeypatch):
     migrations = tmp_path / "migrations"
     migrations.mkdir()
-    (migrations / "0001_initial.sql").write_text((db.MIGRATIONS_DIR / "0001_initial.sql").read_text())
-    (migrations / "0002_broken.sql").write_text("CREATE TABLE half (a INTEGER); SELECT * FROM no_such_table;")
+    for path in db.MIGRATIONS_DIR.glob("*.sql"):
+        (migrations / path.name).write_text(path.read_text())
+    known = [version for version, _, _ in db.migrations()]
+    broken = f"{known[-1] + 1:04d}_broken.sql"
+    (migrations / broken).write_text("CREATE TABLE half (a INTEGER); SELECT * FROM no_such_table;")
     monkeypatch.setattr(db, "MIGRATIONS_DIR", migrations)
-    with pytest.raises(SchemaVersionError, match="0002_broken.sql"):
+    with pytest.raises(SchemaVersionError, match=broken):
         connect(db_path)
     monkeypatch.undo()
     con = connect(db_path)
-    assert con.execute("SELECT version FROM schema_migrations").fetchall() == [(1,)]
+    assert con.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall() == [(v,) for v in known]
     assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'half'").fetchone()[0] == 0
 
 

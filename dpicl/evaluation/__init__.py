@@ -1,0 +1,1 @@
+"""Evaluation: privacy-utility sweeps and reports, and empirical privacy (membership-inference attacks, `mia`)."""

@@ -1,0 +1,165 @@
+"""The `evaluate` flow (privacy–utility sweeps) with fake models: what it stores, plots and reports, that it
+charges and releases nothing, and that its configs must share one ensemble."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import duckdb
+import numpy as np
+import pytest
+import yaml
+
+from dpicl.config import Config, load_config
+from dpicl.evaluation import sweep
+from dpicl.evaluation.report import markdown_table, summarize
+from tests.pipeline.conftest import write_jsonl
+
+N_QUERIES = 6
+
+
+def _fake_greedy(prompt: str) -> str:
+    """What tests.pipeline.fakes.FakeBackend answers greedily."""
+    return f"summary {hashlib.sha256(prompt.encode()).hexdigest()[:6]}"
+
+
+@pytest.fixture
+def sweep_env(tmp_path, fake_models):
+    """Configs of esa, ksa-jem, ksa-ptr, sga and ksa-public over one tiny private/public/backlog data set whose
+    references are the fake model's zero-shot answers (so the zero-shot row scores 100)."""
+    from dpicl.prompts import zero_shot_prompt
+
+    private = write_jsonl(tmp_path / "private.jsonl", [
+        {"id": f"r{i}", "text": f"private ticket {i} topic {i % 3}", "summary": f"private summary {i}"}
+        for i in range(40)])
+    public = write_jsonl(tmp_path / "public.jsonl", [
+        {"id": f"p{i}", "text": f"public example {i}", "summary": f"public answer {i}"} for i in range(20)])
+    task = Config.model_validate({"name": "x", "private_dataset": "p", "backlog": "b"}).task
+    queries = [f"incoming ticket {i}" for i in range(N_QUERIES + 2)]
+    backlog = write_jsonl(tmp_path / "backlog.jsonl", [
+        {"id": f"q{i}", "text": q, "reference": _fake_greedy(zero_shot_prompt(task, q))}
+        for i, q in enumerate(queries)])
+    data = [
+        {"name": "tiny", "kind": "private", "path": str(private),
+         "fields": {"id": "id", "input": "text", "output": "summary"}},
+        {"name": "tiny-public", "kind": "public", "path": str(public),
+         "fields": {"id": "id", "input": "text", "output": "summary"}},
+        {"name": "tiny-backlog", "kind": "queries", "path": str(backlog),
+         "fields": {"id": "id", "input": "text", "output": None, "reference": "reference"}},
+    ]
+    paths = []
+    for method in ({"name": "esa", "candidates": 3}, {"name": "ksa-jem"}, {"name": "ksa-ptr"},
+                   {"name": "sga", "k": 2}, {"name": "ksa-public"}):
+        path = tmp_path / f"tiny-{method['name']}.yaml"
+        path.write_text(yaml.safe_dump({
+            "name": f"tiny-{method['name']}", "private_dataset": "tiny", "backlog": "tiny-backlog",
+            "public_dataset": "tiny-public", "data": data,
+            "method": {"teachers": 4, "shots": 2, **method}}))
+        paths.append(str(path))
+    return paths, tmp_path
+
+
+@pytest.mark.slow  # starts Prefect
+def test_sweep_stores_plots_and_reports_every_setting_and_charges_nothing(sweep_env):
+    from dpicl.flows.evaluate import evaluate
+
+    configs, tmp = sweep_env
+    db = tmp / "eval.duckdb"
+    result = evaluate(configs=configs, epsilons=[8.0, 1.0], queries=N_QUERIES, repetitions=2, seed=3,
+                      out_dir=str(tmp / "out"), db=str(db))
+
+    con = duckdb.connect(str(db), read_only=True)
+    rows = con.execute("SELECT setting, method, epsilon, repetition, metric, value, queries FROM evaluations "
+                       "WHERE sweep_id = ?", [result["sweep_id"]]).fetchall()
+    spent = con.execute("SELECT count(*) FROM ledger").fetchone()[0] + con.execute(
+        "SELECT count(*) FROM releases").fetchone()[0]
+    con.close()
+    assert spent == 0, "a sweep must neither charge a ledger nor write releases"
+
+    settings = {r[0] for r in rows}
+    expected = {"zero-shot", "few-shot", "public few-shot"} | {
+        f"{m} ε={e}" for m in ("esa", "ksa-jem", "ksa-ptr", "sga", "sga top-1", "ksa-public") for e in ("1", "8", "∞")}
+    assert settings == expected
+    assert len(rows) == len(expected) * 2 * 3 + 3 * 2, "3 ROUGE values per setting and repetition (+ PTR passes)"
+    assert {r[6] for r in rows} == {N_QUERIES}
+    values = {(r[0], r[3], r[4]): r[5] for r in rows}
+    assert values["zero-shot", 0, "rougeL"] == pytest.approx(100.0)  # the references are its answers
+    assert values["few-shot", 0, "rougeL"] < 100.0
+    # KSA-PTR answers zero-shot when its test fails: its rows can only be as good as zero-shot when none passed
+    for rep in (0, 1):
+        if values["ksa-ptr ε=1", rep, "ptr_passed_%"] == 0:
+            assert values["ksa-ptr ε=1", rep, "rougeL"] == pytest.approx(100.0)
+
+    summary = {s["setting"]: s for s in result["summary"]}
+    for setting in expected:
+        reps = [values[setting, r, "rouge1"] for r in (0, 1)]
+        assert summary[setting]["metrics"]["rouge1"]["mean"] == pytest.approx(np.mean(reps))
+        assert summary[setting]["metrics"]["rouge1"]["std"] == pytest.approx(np.std(reps, ddof=1))
+    png = (tmp / "out" / f"{result['sweep_id']}.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    report = (tmp / "out" / f"{result['sweep_id']}.md").read_text()
+    assert "| esa ε=1 |" in report and "±" in report
+
+    private_texts = [f"private summary {i}" for i in range(40)] + [f"private ticket {i}" for i in range(40)]
+    published = json.dumps(result, default=str) + report
+    assert not any(t in published for t in private_texts), "private text in the sweep's outputs"
+
+
+@pytest.mark.slow
+def test_a_fixed_seed_reproduces_a_sweep(sweep_env):
+    from dpicl.flows.evaluate import evaluate
+
+    configs, tmp = sweep_env
+
+    def run(seed, name):
+        result = evaluate(configs=configs[:1], epsilons=[0.5], queries=N_QUERIES, seed=seed,
+                          out_dir=str(tmp / name), db=str(tmp / f"{name}.duckdb"))
+        return {s["setting"]: s["metrics"] for s in result["summary"]}
+
+    assert run(7, "a") == run(7, "b")
+
+
+def test_configs_of_different_ensembles_or_token_methods_are_refused(sweep_env):
+    configs, tmp = sweep_env
+    esa, ksa = load_config(configs[0]), load_config(configs[1])
+    other = ksa.model_copy(update={"method": ksa.method.model_copy(update={"teachers": 5})})
+    with pytest.raises(sweep.SweepError, match="teachers or shots"):
+        sweep.check_configs([esa, other])
+    mozo = Config.model_validate({"name": "m", "private_dataset": "tiny", "backlog": "tiny-backlog",
+                                  "data": esa.model_dump()["data"], "method": {"name": "dps-mozo"}})
+    with pytest.raises(sweep.SweepError, match="token_level"):
+        sweep.check_configs([mozo])
+    with pytest.raises(sweep.SweepError, match="at least one"):
+        sweep.check_configs([])
+
+
+def test_unknown_metrics_are_refused_before_any_model_runs(sweep_env):
+    configs, _ = sweep_env
+    cfg = load_config(configs[0])
+    with pytest.raises(ValueError, match="rougeL"):
+        sweep.unavailable_metrics(cfg, ["rouge-l"])
+    assert sweep.default_metrics(cfg) == ["rouge1", "rouge2", "rougeL"]
+
+
+def test_noiseless_aggregates_are_the_exact_ones():
+    cfg = Config.model_validate({"name": "x", "private_dataset": "p", "backlog": "b",
+                                 "method": {"name": "ksa-jem", "k": 2}})
+    rng = np.random.default_rng(0)
+    teachers = ["apple banana cherry", "banana cherry", "cherry date"]
+    got = sweep.nonprivate(cfg, {"teacher_outputs": teachers, "zero_shot": "apple banana cherry date"}, rng)
+    assert got["keywords"] == ["cherry", "banana"]  # counts 3 and 2, ties broken by domain order
+    esa = cfg.model_copy(update={"method": Config.model_validate(
+        {"name": "x", "private_dataset": "p", "backlog": "b"}).method})
+    vectors = rng.normal(size=(4, 3))
+    assert np.allclose(sweep.nonprivate(esa, {"teachers": vectors}, rng), vectors.mean(axis=0))
+
+
+def test_summary_of_one_repetition_has_no_spread_and_the_table_lists_every_setting():
+    rows = [{"setting": s, "method": m, "epsilon": e, "repetition": 0, "metric": "accuracy", "value": v}
+            for s, m, e, v in (("zero-shot", None, None, 50.0), ("rnm ε=1", "rnm", 1.0, 60.0))]
+    summary = summarize(rows)
+    assert [s["metrics"]["accuracy"] for s in summary] == [{"mean": 50.0, "std": 0.0, "n": 1},
+                                                           {"mean": 60.0, "std": 0.0, "n": 1}]
+    table = markdown_table(summary)
+    assert "| zero-shot | 50.00 |" in table and "| rnm ε=1 | 60.00 |" in table and "±" not in table

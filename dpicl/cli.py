@@ -22,6 +22,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from dpicl import planning  # noqa: E402
+from dpicl.audit_cli import audit  # noqa: E402
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False)
 budget_app = typer.Typer(help="Open and inspect privacy budgets.", no_args_is_help=True)
@@ -383,6 +384,9 @@ def demo(
     from dpicl.demo.run import run_demo
 
     run_demo(db, console=console, as_json=as_json)
+
+
+app.command()(audit)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ from dpicl.keywords import keywords
 from dpicl.privacy.mechanisms import dpm, esa, joint_em, ksa_ptr, rnm
 from dpicl.storage import set_query_status
 from dpicl.storage.artifacts import artifact_key, get_artifacts, put_artifact
-from dpicl.storage.ledger import reserve
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE, rng_for
 
@@ -92,10 +91,7 @@ def aggregate(
     with context.database(db_path) as con:
         payloads = get_artifacts(con, [keys[name] for keys in features.values() for name in needed])
         for query_id, keys in features.items():
-            reservation = reserve(
-                con, dataset=cfg.private_dataset, run_id=run_id, backlog=cfg.backlog, query_id=query_id,
-                mechanism=method, event_json=event_json, epsilon_of=context.epsilon_of,
-            )
+            reservation = context.reserve(con, cfg, run_id, query_id, method, event_json)
             if reservation is None:
                 refused.append(query_id)
                 continue

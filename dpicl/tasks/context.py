@@ -14,6 +14,7 @@ import duckdb
 from dpicl.config import Config, load_config
 from dpicl.privacy.accounting import total_epsilon
 from dpicl.privacy.accounting.events import event_from_json
+from dpicl.storage import ledger
 from dpicl.storage.db import connect
 
 
@@ -71,3 +72,11 @@ def epsilon_of(events_json: Sequence[str], delta: float) -> float:
     """The ledger's accountant: a sound upper bound on ε of all events (cached by their multiset)."""
     counts = tuple(sorted(Counter(events_json).items()))
     return _epsilon_of_counts(counts, delta)
+
+
+def reserve(con: duckdb.DuckDBPyConnection, cfg: Config, run_id: str, query_id: str, mechanism: str,
+            event_json: str, backlog: str | None = None):
+    """Pay for one release from the config's private dataset before anything is drawn (privacy invariant 3);
+    None when its budget cannot pay. `backlog` defaults to the config's."""
+    return ledger.reserve(con, dataset=cfg.private_dataset, run_id=run_id, backlog=backlog or cfg.backlog,
+                          query_id=query_id, mechanism=mechanism, event_json=event_json, epsilon_of=epsilon_of)

@@ -15,7 +15,7 @@ from dpicl.privacy.sampling import assign_teachers
 from dpicl.prompts import render_prompt, zero_shot_prompt
 from dpicl.storage import get_dataset, get_queries, load_records, set_query_status
 from dpicl.storage.artifacts import artifact_key, put_artifact
-from dpicl.storage.ledger import record_release, reserve
+from dpicl.storage.ledger import record_release
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE, rng_for
 
@@ -55,10 +55,7 @@ def decode(config_path: str, db_path: str, run_id: str, query_ids: list[str], pl
         teacher_key = get_dataset(con, cfg.private_dataset)["teacher_key"]
         queries = get_queries(con, cfg.backlog, query_ids)
         for query_id in tqdm(query_ids, desc=f"{method} decode", unit="query"):
-            reservation = reserve(
-                con, dataset=cfg.private_dataset, run_id=run_id, backlog=cfg.backlog, query_id=query_id,
-                mechanism=method, event_json=event_json, epsilon_of=context.epsilon_of,
-            )
+            reservation = context.reserve(con, cfg, run_id, query_id, method, event_json)
             if reservation is None:
                 refused.append(query_id)
                 continue

@@ -8,7 +8,7 @@ from prefect import get_run_logger, task
 
 from dpicl.prompts import public_teacher_groups, render_prompt
 from dpicl.storage import get_dataset, get_queries, load_records
-from dpicl.storage.ledger import record_release, reserve
+from dpicl.storage.ledger import record_release
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
 from dpicl.tasks.infer import greedy_params
@@ -39,9 +39,7 @@ def icl(config_path: str, db_path: str, run_id: str, query_ids: list[str], event
         else:
             answers = backend.generate(prompts, greedy_params(cfg), progress=True)
         for query_id, answer in zip(query_ids, answers, strict=True):
-            reservation = reserve(con, dataset=cfg.private_dataset, run_id=run_id, backlog=cfg.backlog,
-                                  query_id=query_id, mechanism=m.name, event_json=event_json,
-                                  epsilon_of=context.epsilon_of)
+            reservation = context.reserve(con, cfg, run_id, query_id, m.name, event_json)
             record_release(con, reservation, run_id=run_id, mechanism=m.name, answer=answer,
                            details={"demos_dataset": m.demos_dataset, "shots": m.shots})
             rows.append({"query_id": query_id, "status": "answered", "epsilon_cost": reservation.epsilon_cost})

@@ -22,7 +22,7 @@ from dpicl.privacy.mechanisms import dp_fewshot
 from dpicl.privacy.sampling import assign_teachers
 from dpicl.prompts import render_prompt, zero_shot_prompt
 from dpicl.storage import get_dataset, load_records
-from dpicl.storage.ledger import BudgetError, require_budget, reserve
+from dpicl.storage.ledger import BudgetError, require_budget
 from dpicl.storage.runs import create_run, finish_run
 from dpicl.storage.synthetic import check_new_dataset, write_synthetic_dataset
 from dpicl.tasks import context
@@ -123,9 +123,8 @@ def synthesize(config_path: str, db_path: str) -> dict:
         flow_run_id = runtime.flow_run.id
         create_run(con, run_id, m.name, cfg.private_dataset, f"synthetic:{syn.name}", cfg.model_dump(mode="json"),
                    str(flow_run_id) if flow_run_id else None)
-        reservation = reserve(con, dataset=cfg.private_dataset, run_id=run_id, backlog=f"synthetic:{syn.name}",
-                              query_id=run_id, mechanism=f"synthesize-{m.name}", event_json=event.to_json(),
-                              epsilon_of=context.epsilon_of)
+        reservation = context.reserve(con, cfg, run_id, run_id, f"synthesize-{m.name}", event.to_json(),
+                                      backlog=f"synthetic:{syn.name}")
         if reservation is None:
             finish_run(con, run_id, "refused_budget")
             raise BudgetCannotPayError(

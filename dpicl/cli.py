@@ -338,7 +338,13 @@ def evaluate(
 ) -> None:
     """Run the `evaluate` flow: a privacy–utility sweep (methods × ε, zero-shot and non-private baselines) on
     benchmark data; results to DuckDB (`evaluations`), a plot and a report. Releases nothing, charges no budget."""
-    from dpicl.config import ConfigError
+    from dpicl.config import ConfigError, load_config
+    from dpicl.evaluation.sweep import check_configs, unavailable_metrics
+
+    try:  # the flow checks these too; here they fail before Prefect starts
+        unavailable_metrics(check_configs([load_config(c) for c in configs]), metric)
+    except (ConfigError, ValueError) as err:
+        _fail(str(err))
     from dpicl.flows.evaluate import evaluate as evaluate_flow
 
     try:

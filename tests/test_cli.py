@@ -207,3 +207,12 @@ def test_plan_adapmixed_and_dp_fewshot_are_certified():
                                  "--max-new-tokens", "25", "--splits", "10", "--sampling-rate", "0.01", "--epsilon",
                                  "2", "--delta", "2e-4"])
     assert result.exit_code == 0 and "report-noisy-max" in result.output
+
+
+def test_evaluate_refuses_bad_sweeps_before_starting_prefect():
+    token = runner.invoke(app, ["evaluate", "e2e-dps-mozo"])
+    assert token.exit_code == 2 and "token_level" in token.output
+    mixed = runner.invoke(app, ["evaluate", "samsum-esa", "samsum-sga"])
+    assert mixed.exit_code == 2 and "one ensemble" in " ".join(mixed.output.split())
+    metric = runner.invoke(app, ["evaluate", "samsum-esa", "--metric", "rouge-l"])
+    assert metric.exit_code == 2 and "rougeL" in metric.output

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from dpicl.metrics import over_seeds
 
+DIAGNOSTICS = ("ptr_passed_%",)  # tabled, not plotted: they describe a method, not the answers' quality
 BASELINE_STYLES = {"zero-shot": ("tab:gray", "--"), "few-shot": ("black", ":"), "public few-shot": ("tab:brown", "-.")}
 
 
@@ -53,7 +54,7 @@ def plot(summary: Sequence[dict], path: Path, title: str, metrics: Sequence[str]
     matplotlib.use("Agg")  # no display on workers
     import matplotlib.pyplot as plt
 
-    metrics = list(metrics or metric_names(summary))
+    metrics = list(metrics or [m for m in metric_names(summary) if m not in DIAGNOSTICS])
     finite = sorted({s["epsilon"] for s in summary if s["epsilon"] is not None and math.isfinite(s["epsilon"])})
     x_inf = finite[-1] * 2.5 if finite else 1.0
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)

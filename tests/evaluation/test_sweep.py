@@ -163,3 +163,32 @@ def test_summary_of_one_repetition_has_no_spread_and_the_table_lists_every_setti
                                                            {"mean": 60.0, "std": 0.0, "n": 1}]
     table = markdown_table(summary)
     assert "| zero-shot | 50.00 |" in table and "| rnm ε=1 | 60.00 |" in table and "±" not in table
+
+
+def test_classification_sweep_scores_accuracy_of_labels(tmp_path):
+    from tests.pipeline.fakes import FakeBackend, FakeEncoder
+
+    labels = ["alpha", "beta", "gamma"]
+    private = write_jsonl(tmp_path / "p.jsonl", [{"id": f"r{i}", "text": f"record {i}", "label": labels[i % 3]}
+                                                for i in range(30)])
+    backlog = write_jsonl(tmp_path / "q.jsonl", [{"id": f"q{i}", "text": f"query {i}", "label": labels[i % 3]}
+                                                for i in range(9)])
+    cfg = Config.model_validate({
+        "name": "cls", "private_dataset": "p", "backlog": "q",
+        "task": {"type": "classification", "demo_template": "Text: {input}\nLabel: {output}",
+                 "query_template": "Text: {input}\nLabel:", "labels": labels},
+        "method": {"name": "rnm", "teachers": 5, "shots": 1},
+        "data": [{"name": "p", "kind": "private", "path": str(private), "task": "classification",
+                  "fields": {"id": "id", "input": "text", "output": "label"}},
+                 {"name": "q", "kind": "queries", "path": str(backlog),
+                  "fields": {"id": "id", "input": "text", "output": None, "reference": "label"}}]})
+    rng = np.random.default_rng(1)
+    data = sweep.load_benchmark([cfg], 9)
+    ens = sweep.build_ensemble([cfg], data, FakeBackend(), lambda c: FakeEncoder(), rng)
+    assert len(ens.answers["few-shot"]) == 9 and all(len(a) == 5 for a in ens.answers["few-shot"])
+    answers, passed = sweep.method_answers(cfg, ens, sweep.INF, FakeBackend(), rng)
+    votes = [np.bincount([labels.index(a) for a in teacher], minlength=3) for teacher in ens.answers["few-shot"]]
+    assert answers[""] == [labels[int(np.argmax(v))] for v in votes] and passed is None
+    noisy, _ = sweep.method_answers(cfg, ens, 1.0, FakeBackend(), rng)
+    assert set(noisy[""]) <= set(labels)
+    assert sweep.score(cfg, answers[""], ens.references, None).keys() == {"accuracy"}

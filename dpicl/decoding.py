@@ -96,12 +96,14 @@ def adapmixed_answer(backend, zero_shot: str, members: Sequence[str], *, beta: f
 
 def dp_fewshot_text(backend, public_prompt: str, private_prompts: Callable[[], list[str]], *, mechanism: str,
                     top_k: int, noise_multiplier: float | None, epsilon0: float | None, max_new_tokens: int,
-                    stop: Sequence[str], rng: np.random.Generator) -> Decoded:
+                    stop: Sequence[str], rng: np.random.Generator, fixed_private: bool = False) -> Decoded:
     """DP few-shot generation (paper 002): per token, `private_prompts()` draws a fresh Poisson sample split into
-    M prompts; the public prompt (no private data) gives the public vocabulary and keeps its KV cache."""
+    M prompts; the public prompt (no private data) gives the public vocabulary and keeps its KV cache.
+    `fixed_private`: `private_prompts()` returns the same prompts at every step (membership inference forces its
+    target into them), so their KV caches are kept too."""
 
     def next_token(suffix: list[int]) -> int:
-        private = backend.next_token_logprobs(private_prompts(), suffix, cache=False)
+        private = backend.next_token_logprobs(private_prompts(), suffix, cache=fixed_private)
         public = backend.next_token_logprobs([public_prompt], suffix)[0]
         return dp_fewshot.step(private, public, top_k=top_k, mechanism=mechanism, noise_multiplier=noise_multiplier,
                                epsilon0=epsilon0, rng=rng)

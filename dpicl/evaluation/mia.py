@@ -1,6 +1,6 @@
 """Membership-inference attacks (MIA) against in-context learning, non-private and with the DP mechanisms.
 
-Two attacks, each reported as the AUROC of a score that should be higher for *members* (records placed in the
+Three attacks, each reported as the AUROC of a score that should be higher for *members* (records placed in the
 demonstrations the system uses) than for *non-members* (records never shown):
 
 **Repeat attack** (paper 004 §5.4 and App D; Wen et al. 2024). The attacker picks a target record, truncates its
@@ -16,11 +16,13 @@ drawn from a pool disjoint from all targets, so that every target is exposed in 
 * ``icl-full`` (ε = ∞, optional): one prompt with all teachers × shots demonstrations (004's "20-shot" model);
 * ``agg-nonprivate`` (ε = ∞): the teacher answer nearest the exact mean of the teachers' answer embeddings (004's
   "non-private aggregation");
-* ``esa-nonprivate``: ESA's post-processing without noise, the zero-shot candidate nearest the exact mean;
-* ``esa`` at each ε: Gaussian noise on the sum of answer embeddings, nearest zero-shot candidate
-  (``privacy.mechanisms.esa``, Δ = 2);
-* ``ksa-jem`` at each ε: the joint exponential mechanism over the words of the zero-shot prompt counted in the
-  teachers' answers, then the LLM answers the query with the released keywords (``privacy.mechanisms.joint_em``).
+* every sample-level method — ``esa``, ``ksa-jem``, ``ksa-ptr``, ``sga`` (and ``sga top-1``, its first public
+  candidate), ``ksa-public`` — at ε = ∞ (the aggregate without noise) and at each ε, released exactly as the
+  pipeline does (``tasks.aggregate.AGGREGATORS`` and the release post-processing, through
+  ``evaluation.sweep``; SGA and KSA-public run their public ensemble on the config's public data);
+* ``synthetic-icl`` at each ε: DP few-shot generation (002) writes one synthetic demonstration whose public input
+  is the attack's query, from the trial's teachers as its M splits (the target in one split at every token),
+  and the LLM answers the query with it (one-shot ICL).
 
 **Probability attack** (paper 000 §5.5 and App D.1; Duan et al. 2024, Yeom et al. 2018). A test set of n private
 records; each in turn is the single demonstration (x′, y′) and every test record x_i is queried with it: the score
@@ -37,16 +39,22 @@ is once a member and n−1 times a non-member (000 D.1.3: equal difficulty on av
   ``ada_members`` − 1 filler members.
 
 A token outside DPS-MOZO's public top-k has probability 0; its log-probability is clipped to ``floor``. The
-``probability-ref`` rows use the same scores minus the public zero-shot score of y_i (a difficulty calibration
-with a public reference, as in LiRA-style attacks); it is not part of 000.
+``-ref`` rows use the same scores minus the public zero-shot score of y_i (a difficulty calibration with a public
+reference, as in LiRA-style attacks); it is not part of 000.
+
+**Label attack** (000's probability attack on a classification task, as 000 does on AG News): the same n × n
+design with one-shot prompts; ``icl`` scores the log-probability of the true label, ``rnm`` releases a label per
+pair by Report-Noisy-Max over the x′ teacher and ``teachers`` − 1 filler teachers and scores 1 when it is y_i.
 
 **What the ε columns mean.** ``epsilon`` is the guarantee the mechanism is planned for as deployed
-(``dpicl.planning``): ESA/KSA Poisson-subsampled at q = teachers·shots/|D| over as many queries as the attack
-sends; DPS-MOZO drawing ``mozo_shots`` of |D| records per token over n queries of ``max_new_tokens`` tokens;
+(``dpicl.planning``): the sample-level methods, DP few-shot generation and RNM Poisson-subsampled at
+q = teachers·shots/|D| over as many queries (demonstrations) as the attack sends; DPS-MOZO drawing ``mozo_shots`` of |D| records per token over n queries of ``max_new_tokens`` tokens;
 AdaPMixED over n queries. The attacks *force* the target into the demonstrations (as 004 and 000 do), i.e. they
 condition on the target being sampled, which subsampling amplification does not cover; ``epsilon_experiment`` is
 the bound that holds for the experiment as run (the same mechanism parameters with sampling rate 1: the target is
-in its one ESA/KSA query, or in every token of the n DPS-MOZO / AdaPMixED queries). DPS-MOZO's bound is the
+in its one query of a sample-level method, in every token of its one synthetic demonstration, or in every
+query (token) of the n label / DPS-MOZO / AdaPMixED queries). It can be ∞: KSA-PTR's failure probability δ0,
+planned for subsampled queries, exceeds δ once the target is forced in. DPS-MOZO's bound is the
 paper's claim for substitution neighbours (see its module). The probability attack scores with the mechanism's
 *distribution*, which the deployed system never releases (it releases one sampled token per step): it is a
 stronger adversary than DP's threat model, and a small deterministic shift can be detected when the per-record
@@ -58,26 +66,24 @@ scores, AUROCs, counts and mechanism parameters only; exceptions name counts, ne
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 import numbers
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from dpicl.config import TaskConfig
-from dpicl.inference.base import GenerationParams
-from dpicl.keywords import keywords
-from dpicl.privacy.mechanisms import adapmixed, dps_mozo, esa, joint_em
-from dpicl.prompts import keyword_prompt, render_prompt, zero_shot_prompt
+from dpicl.config import Config, TaskConfig
+from dpicl.privacy.mechanisms import adapmixed, dps_mozo
+from dpicl.prompts import render_prompt, zero_shot_prompt
+from dpicl.tasks.infer import greedy_params
 
 Record = tuple[str, str]  # (input, output) of one private record
 
-KSA_TEMPLATE = ("Input:\n{input}\nOutput with the following word suggestions ranked by their frequency from high "
-                "to low: [{keywords}]\nOutput:")
 LOG_FLOOR = -30.0
 
 
@@ -235,27 +241,35 @@ def to_results(attack: str, scores: Sequence[AttackScores], *, bootstrap: int = 
 
 # ---------------------------------------------------------------------------------------------------- planning
 
-def plan_repeat_settings(epsilons: Sequence[float], delta: float, *, n_records: int, teachers: int, shots: int,
-                         queries: int) -> dict[str, list[DPSetting]]:
-    """ESA and KSA joint-EM settings for each ε: planned (``dpicl.planning``) for ``queries`` queries at the
-    pipeline's sampling rate q = teachers·shots/|D|; ``epsilon_experiment`` = the accountant's ε of one query
-    of the same mechanism without subsampling (the target forced into its single query)."""
+def cached_plan(method: str, sampling_rate: float, queries: int, epsilon: float, delta: float,
+                options: tuple = ()) -> dict:
+    """``dpicl.planning.plan`` (a fresh copy), computed once per arguments: a calibration can take a minute."""
+    return copy.deepcopy(_cached_plan(method, sampling_rate, queries, epsilon, delta, options))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_plan(method: str, sampling_rate: float, queries: int, epsilon: float, delta: float,
+                 options: tuple) -> dict:
+    from dpicl import planning
+
+    return planning.plan(method, sampling_rate=sampling_rate, queries=queries, epsilon=epsilon, delta=delta,
+                         **dict(options))
+
+
+def planned_setting(method: str, epsilon: float, delta: float, *, sampling_rate: float, queries: int,
+                    forced_queries: int = 1, forced: Mapping[str, float] | None = None,
+                    **options) -> tuple[dict, DPSetting]:
+    """The pipeline's plan of ``method`` for ``queries`` queries at ``sampling_rate`` (``dpicl.planning``) and
+    its ``DPSetting``: the plan's numbers, and as ``epsilon_experiment`` the accountant's ε of ``forced_queries``
+    invocations of the same mechanism at sampling rate 1 (the target forced into each of them; ``forced``
+    overrides other entries of the plan for that event, e.g. dp-fewshot's tokens of one demonstration)."""
     from dpicl import planning
     from dpicl.privacy.accounting import total_epsilon
-    from dpicl.privacy.sampling import default_sampling_rate
 
-    q = default_sampling_rate(teachers, shots, n_records)
-    out: dict[str, list[DPSetting]] = {"esa": [], "ksa-jem": []}
-    for eps in epsilons:
-        p = planning.plan("esa", sampling_rate=q, queries=queries, epsilon=eps, delta=delta)
-        nm = float(p["noise_multiplier"])
-        out["esa"].append(DPSetting(eps, {"noise_multiplier": nm, "sampling_rate": q},
-                                    total_epsilon([esa.cost(nm, 1.0)], delta), delta))
-        p = planning.plan("ksa-jem", sampling_rate=q, queries=queries, epsilon=eps, delta=delta)
-        e = float(p["epsilon_em"])
-        out["ksa-jem"].append(DPSetting(eps, {"epsilon_em": e, "sampling_rate": q},
-                                        total_epsilon([joint_em.cost(e, 1.0)], delta), delta))
-    return out
+    plan = cached_plan(method, sampling_rate, queries, epsilon, delta, tuple(sorted(options.items())))
+    event = planning.METHODS[method].event({**plan, "sampling_rate": 1.0, **(forced or {})})
+    params = {k: float(v) for k, v in plan.items() if _number(v) and not isinstance(v, bool)}
+    return plan, DPSetting(epsilon, params, total_epsilon([event] * forced_queries, delta), delta)
 
 
 def plan_probability_settings(epsilons: Sequence[float], delta: float, *, n_records: int, queries: int,
@@ -367,88 +381,113 @@ def _split(scores: np.ndarray, member: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return scores[member], scores[~member]
 
 
-def repeat_attack_scores(backend, encoder, task: TaskConfig, records: Sequence[Record],
-                         trials: Sequence[RepeatTrial], *, generation: GenerationParams,
-                         candidate_generation: GenerationParams, candidates: int,
-                         esa_settings: Sequence[DPSetting] = (), ksa_settings: Sequence[DPSetting] = (),
-                         ksa_k: int = 10, keyword_template: str = KSA_TEMPLATE, truncate_fraction: float = 0.5,
-                         full_icl: bool = False, rng: np.random.Generator,
+@dataclass(frozen=True)
+class _Row:
+    """A private record as ``evaluation.sweep.build_ensemble`` reads it."""
+
+    record_id: str
+    input: str
+    output: str
+
+
+def repeat_attack_scores(backend, encoder, configs: Sequence[Config], records: Sequence[Record],
+                         trials: Sequence[RepeatTrial], *, epsilons: Sequence[float], delta: float,
+                         public: Sequence[Record] = (), fewshot: Config | None = None,
+                         truncate_fraction: float = 0.5, full_icl: bool = False, rng: np.random.Generator,
                          timings: dict | None = None) -> list[AttackScores]:
-    """The repeat attack on every answer kind of the module docstring, from one batched ``backend.generate``
-    call per kind of prompt (teachers, zero-shot candidates, KSA keyword prompts, optional full prompts) and
-    batched ``encoder.encode`` calls. ``rng`` draws the mechanisms' noise (pass ``make_rng()`` outside tests
-    and benchmarks)."""
+    """The repeat attack on every answer kind of the module docstring. The teachers' answers are computed once
+    by ``evaluation.sweep.build_ensemble`` with the trials' demonstrations (batched backend calls), and each
+    method of ``configs`` (sample-level; they share task, model, teachers and shots) releases its answers with
+    the pipeline's aggregator and post-processing at ε = ∞ and at each of ``epsilons``, planned by
+    ``dpicl.planning`` for as many queries as trials at the pipeline's sampling rate. ``fewshot`` (a dp-fewshot
+    config) adds DP few-shot generation → synthetic ICL. ``rng`` draws the mechanisms' noise (pass
+    ``make_rng()`` outside tests and benchmarks)."""
+    from dpicl.evaluation import sweep
+    from dpicl.tasks.run import plan_options
+
     if not trials:
         raise ValueError("no trials")
-    n_teachers = len(trials[0].teachers)
+    n_teachers, shots = len(trials[0].teachers), len(trials[0].teachers[0])
     if any(len(t.teachers) != n_teachers for t in trials):
         raise ValueError("every trial must have the same number of teachers")
-    if candidates < 1:
-        raise ValueError(f"candidates must be >= 1, got {candidates}")
-    shots = len(trials[0].teachers[0])
+    if not configs:
+        raise ValueError("give at least one method config")
+    if any((c.method.teachers, c.method.shots) != (n_teachers, shots) for c in configs):
+        raise ValueError(f"the configs must have teachers = {n_teachers} and shots = {shots}, as the trials")
     member = np.array([t.member for t in trials])
     queries = [truncate_words(records[t.target][0], truncate_fraction) for t in trials]
     references = [records[t.target][1] for t in trials]
-    zero_shot = [zero_shot_prompt(task, q) for q in queries]
-
-    with _timed(timings, "teachers (LLM)"):
-        prompts = [render_prompt(task, [records[j] for j in group], q)
-                   for t, q in zip(trials, queries) for group in t.teachers]
-        outputs = backend.generate(prompts, generation)
-    with _timed(timings, "zero-shot candidates (LLM)"):
-        sampled = backend.generate([z for z in zero_shot for _ in range(candidates)], candidate_generation)
+    private = [_Row(str(i), x, y) for i, (x, y) in enumerate(records)]
+    groups = [[[str(j) for j in g] for g in t.teachers] for t in trials]
+    with _timed(timings, "teachers and candidates (LLM, embeddings)"):
+        ens = sweep.build_ensemble(configs, (private, list(public), {}, list(zip(queries, references))), backend,
+                                   lambda cfg: encoder, rng, delta=delta, groups=groups)
+    task, base = ens.cfg.task, {"teachers": n_teachers, "shots": shots}
+    teacher_answers = ens.answers["few-shot"]
+    rows: list[tuple[str, DPSetting | None, dict, list[str]]] = [
+        ("icl", None, {"shots": shots}, [teacher_answers[i][t.target_teacher] for i, t in enumerate(trials)])]
     with _timed(timings, "embeddings"):
-        vectors = _unit(encoder.encode(list(outputs) + list(sampled) + references))
-    t_count = len(trials)
-    teacher_vecs = vectors[:t_count * n_teachers].reshape(t_count, n_teachers, -1)
-    cand_vecs = vectors[t_count * n_teachers:t_count * (n_teachers + candidates)].reshape(t_count, candidates, -1)
-    ref_vecs = vectors[t_count * (n_teachers + candidates):]
-
-    def score(released: np.ndarray) -> np.ndarray:  # released: (trials, d) unit vectors
-        return np.sum(released * ref_vecs, axis=1)
-
-    out: list[AttackScores] = []
-    base = {"teachers": n_teachers, "shots": shots}
-    held = np.stack([teacher_vecs[i, t.target_teacher] for i, t in enumerate(trials)])
-    out.append(AttackScores("icl", *_split(score(held), member), details={"shots": shots}))
-    means = teacher_vecs.mean(axis=1)
-    agg = np.stack([teacher_vecs[i, int(np.argmax(teacher_vecs[i] @ means[i]))] for i in range(t_count)])
-    out.append(AttackScores("agg-nonprivate", *_split(score(agg), member), details=base))
-    nearest = np.stack([cand_vecs[i, esa.select_candidate(means[i], cand_vecs[i])] for i in range(t_count)])
-    out.append(AttackScores("esa-nonprivate", *_split(score(nearest), member),
-                            details={**base, "candidates": candidates}))
-    with _timed(timings, "mechanisms"):
-        for setting in esa_settings:
-            nm = float(setting.params["noise_multiplier"])
-            chosen = np.stack([cand_vecs[i, esa.run(teacher_vecs[i], cand_vecs[i], nm, rng)] for i in range(t_count)])
-            out.append(AttackScores("esa", *_split(score(chosen), member), setting,
-                                    details={**base, "candidates": candidates}))
-        teacher_words = [[keywords(o) for o in outputs[i * n_teachers:(i + 1) * n_teachers]] for i in range(t_count)]
-        domains = [keywords(z) for z in zero_shot]
-        ksa_prompts = []
-        for setting in ksa_settings:
-            e = float(setting.params["epsilon_em"])
-            for i in range(t_count):
-                counts = joint_em.histogram_on_domain(teacher_words[i], domains[i])
-                chosen_words = joint_em.select_keywords(domains[i], counts, ksa_k, e, rng)
-                ksa_prompts.append(keyword_prompt(task, keyword_template, queries[i], chosen_words))
-    if ksa_settings:
-        with _timed(timings, "ksa answers (LLM)"):
-            answers = backend.generate(ksa_prompts, generation)
-        with _timed(timings, "embeddings"):
-            answer_vecs = _unit(encoder.encode(answers))
-        for k, setting in enumerate(ksa_settings):
-            out.append(AttackScores("ksa-jem", *_split(score(answer_vecs[k * t_count:(k + 1) * t_count]), member),
-                                    setting, details={**base, "k": ksa_k}))
+        vecs = [f.get("teachers") for f in ens.features]
+        if any(v is None for v in vecs):
+            flat = _unit(encoder.encode([a for answers in teacher_answers for a in answers]))
+            vecs = [flat[i * n_teachers:(i + 1) * n_teachers] for i in range(len(trials))]
+    nearest_mean = [int(np.argmax(v @ v.mean(axis=0))) for v in (_unit(v) for v in vecs)]
+    rows.append(("agg-nonprivate", None, base, [a[k] for a, k in zip(teacher_answers, nearest_mean)]))
+    for cfg in configs:
+        method = cfg.method.name
+        for eps in (sweep.INF, *epsilons):
+            with _timed(timings, "planning"):
+                plan, setting = (None, None) if eps == sweep.INF else planned_setting(
+                    method, eps, ens.delta, sampling_rate=ens.sampling_rate, queries=len(trials), **plan_options(cfg))
+            with _timed(timings, f"{method} (mechanism, LLM)"):
+                answers, passed = sweep.method_answers(cfg, ens, eps, backend, rng, plan=plan)
+            details = base if passed is None else {**base, "ptr_pass_rate": passed}
+            rows += [(method + suffix, setting, details, texts) for suffix, texts in answers.items()]
+    if fewshot is not None:
+        with _timed(timings, "dp-fewshot → synthetic ICL (LLM, mechanism)"):
+            rows += _synthetic_icl_rows(backend, fewshot, records, trials, queries, epsilons, ens, rng)
     if full_icl:
         with _timed(timings, "full-prompt ICL (LLM)"):
             full = backend.generate([render_prompt(task, [records[j] for g in t.teachers for j in g], q)
-                                     for t, q in zip(trials, queries)], generation)
-        with _timed(timings, "embeddings"):
-            full_vecs = _unit(encoder.encode(full))
-        out.append(AttackScores("icl-full", *_split(score(full_vecs), member),
-                                details={"shots": n_teachers * shots}))
+                                     for t, q in zip(trials, queries)], greedy_params(ens.cfg))
+        rows.append(("icl-full", None, {"shots": n_teachers * shots}, full))
+    with _timed(timings, "embeddings"):
+        vectors = _unit(encoder.encode([a for *_, texts in rows for a in texts] + references))
+    refs = vectors[len(rows) * len(trials):]
+    out = []
+    for k, (name, setting, details, _) in enumerate(rows):
+        scores = np.sum(vectors[k * len(trials):(k + 1) * len(trials)] * refs, axis=1)
+        out.append(AttackScores(name, *_split(scores, member), setting, details=details))
     return out
+
+
+def _synthetic_icl_rows(backend, cfg: Config, records: Sequence[Record], trials: Sequence[RepeatTrial],
+                        queries: Sequence[str], epsilons: Sequence[float], ens, rng: np.random.Generator) -> list:
+    """DP few-shot generation (002) → synthetic ICL: per trial, one synthetic demonstration for the public input
+    = the attack's query, generated from the trial's teachers as the M splits (the target forced into one of them
+    at every token, the attacker's best case), then the answer of one-shot ICL with it."""
+    from dpicl.decoding import dp_fewshot_text
+
+    m, gen, task = cfg.method, cfg.generation, cfg.task
+    rows = []
+    for eps in epsilons:
+        plan, setting = planned_setting("dp-fewshot", eps, ens.delta, sampling_rate=ens.sampling_rate,
+                                        queries=len(trials), forced={"tokens": gen.max_new_tokens},
+                                        max_new_tokens=gen.max_new_tokens, splits=m.splits, mechanism=m.mechanism)
+        demos = []
+        for t, q in zip(trials, queries):
+            prompts = [render_prompt(task, [records[j] for j in g], q) for g in t.teachers]
+            demos.append(dp_fewshot_text(backend, zero_shot_prompt(task, q), lambda: prompts, mechanism=m.mechanism,
+                                         top_k=m.top_k, noise_multiplier=plan.get("noise_multiplier"),
+                                         epsilon0=plan.get("epsilon0"), max_new_tokens=gen.max_new_tokens,
+                                         stop=gen.stop, rng=rng, fixed_private=True).text)
+            clear = getattr(backend, "clear_token_cache", None)
+            if callable(clear):
+                clear()
+        answers = backend.generate([render_prompt(task, [(q, d)], q) for q, d in zip(queries, demos)],
+                                   greedy_params(cfg))
+        rows.append(("synthetic-icl", setting, {"splits": m.splits, "shots": m.shots}, answers))
+    return rows
 
 
 # ----------------------------------------------------------------------------------------- probability attack
@@ -575,81 +614,156 @@ def probability_attack_scores(backend, task: TaskConfig, records: Sequence[Recor
     return out
 
 
+# --------------------------------------------------------------------------------------- label attack (RNM)
+
+def label_attack_scores(backend, cfg: Config, records: Sequence[Record], test: Sequence[int],
+                        fillers: Sequence[int], *, teachers: int, rnm_settings: Sequence[DPSetting] = (),
+                        floor: float = LOG_FLOOR, rng: np.random.Generator) -> list[AttackScores]:
+    """The probability attack (000 App D.1) on a classification task: every record x′ of ``test`` in turn is
+    the one-shot demonstration of each test query x_i. ``icl``: the score of (x′, i) is the LLM's log-probability
+    of the true label y_i's first token (``icl-ref``: minus the public zero-shot prompt's). ``rnm``: the x′
+    teacher votes with ``teachers`` − 1 filler teachers (one-shot, fillers drawn per query) and RNM releases a
+    label, once per pair, at ε = ∞ (the plain vote, ties broken at random) and for each setting; the score is
+    1 when the release is y_i. RNM's score is computed from what it releases, not from its exact release
+    probabilities: those are never released, and a deterministic shift in them is visible to an attacker who
+    had them whatever the noise (see the module docstring)."""
+    from dpicl.privacy.mechanisms import rnm
+
+    test, fillers = _indices("test", test), _indices("fillers", fillers)
+    if len(test) < 2:
+        raise ValueError("the label attack needs at least 2 test records")
+    if set(test) & set(fillers) or len(fillers) < teachers - 1:
+        raise ValueError(f"need {teachers - 1} fillers disjoint from the test records")
+    task = cfg.task
+    index = {label: k for k, label in enumerate(task.labels)}
+    if any(records[j][1] not in index for j in [*test, *fillers]):
+        raise ValueError("a test record or filler has an output outside the task's labels")
+    n, classes = len(test), len(task.labels)
+    sigmas = [0.0] + [rnm.SENSITIVITY * float(s.params["noise_multiplier"]) for s in rnm_settings]
+    icl, zero = np.zeros((n, n)), np.zeros(n)
+    released = [np.zeros((n, n)) for _ in sigmas]
+    for i, target in enumerate(test):
+        query, y = records[target][0], index[records[target][1]]
+        chosen = [int(f) for f in rng.choice(fillers, size=teachers - 1, replace=False)]
+        prompts = ([render_prompt(task, [records[m]], query) for m in test] + [zero_shot_prompt(task, query)]
+                   + [render_prompt(task, [records[f]], query) for f in chosen])
+        lp = np.asarray(backend.label_logprobs(prompts, [task.label_prefix + label for label in task.labels]))
+        icl[:, i], zero[i] = np.maximum(lp[:n, y], floor), max(lp[n, y], floor)
+        votes = np.argmax(lp, axis=1)
+        histograms = np.bincount(votes[n + 1:], minlength=classes)[None, :] + np.eye(classes)[votes[:n]]
+        for k, sigma in enumerate(sigmas):
+            # the release; a tiny jitter breaks ties of the plain vote at random
+            noisy = histograms + rng.normal(0.0, sigma if sigma > 0 else 1e-9, size=histograms.shape)
+            released[k][:, i] = np.argmax(noisy, axis=1) == y
+    diagonal = np.eye(n, dtype=bool)
+    out = [AttackScores("icl", icl[diagonal], icl[~diagonal], None, {"shots": 1}),
+           AttackScores("icl-ref", (icl - zero)[diagonal], (icl - zero)[~diagonal], None, {"shots": 1})]
+    for matrix, setting in zip(released, [None, *rnm_settings]):
+        out.append(AttackScores("rnm", matrix[diagonal], matrix[~diagonal], setting,
+                                {"teachers": teachers, "shots": 1}))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------- the demo
 
-def _load_records(cfg) -> list[Record]:
-    """(input, output) of the config's private dataset (JSON lines)."""
-    import json
-
-    source = next((d for d in cfg.data if d.kind == "private" and d.name == cfg.private_dataset), None)
-    if source is None:
-        raise ValueError("the config names no private data file")
-    rows = [json.loads(line) for line in Path(source.path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    fields = source.fields
-    return [(str(r[fields.input]), str(r[fields.output])) for r in rows]
+REPEAT_METHODS = ("esa", "ksa-jem", "ksa-ptr", "sga", "ksa-public", "synthetic-icl")
 
 
-def run_demo_mia(*, members: int = 40, nonmembers: int = 40, teachers: int = 10, shots: int = 2,
+def _load_records(cfg: Config) -> tuple[list[Record], list[Record], str | None]:
+    """(input, output) of the config's private records and of its public ones, and the public dataset's name,
+    read into a scratch in-memory database (as a sweep does)."""
+    from dpicl.storage import load_records
+    from dpicl.storage.db import connect
+    from dpicl.storage.ingest import ingest_source
+
+    public_name = cfg.public_dataset or next((d.name for d in cfg.data if d.kind == "public"), None)
+    con = connect(":memory:")
+    try:
+        for source in cfg.data:
+            if source.name in (cfg.private_dataset, public_name):
+                ingest_source(con, source)
+        private = [(r.input, r.output) for r in load_records(con, cfg.private_dataset)]
+        public = [(r.input, r.output) for r in load_records(con, public_name)] if public_name else []
+    finally:
+        con.close()
+    if not private:
+        raise ValueError(f"config {cfg.name!r}: its private dataset has no records")
+    return private, public, public_name
+
+
+def method_config(cfg: Config, name: str, public_dataset: str | None = None, **method) -> Config:
+    """``cfg`` with another method (its defaults, then ``method``); ``public_dataset`` for sga and ksa-public."""
+    raw = cfg.model_dump()
+    raw["method"] = {**(raw["method"] if cfg.method.name == name else {}), "name": name, **method}
+    if public_dataset is not None:
+        raw["public_dataset"] = public_dataset
+    if name == "dp-fewshot" and not raw.get("synthetic"):
+        raw["synthetic"] = {"name": "mia-synthetic"}  # required by the config; the attack writes nothing
+    return Config.model_validate(raw)
+
+
+def run_demo_mia(*, members: int = 40, nonmembers: int = 40, teachers: int = 10, shots: int = 1,
                  candidates: int | None = None, epsilons: Sequence[float] = (1.0, 8.0), delta: float = 1e-5,
-                 truncate_fraction: float = 0.5, probability_examples: int = 11, mozo_shots: int = 4,
-                 ada_members: int = 4, attacks: Sequence[str] = ("repeat", "probability"), full_icl: bool = False,
-                 seed: int | None = None, bootstrap: int = 1000, config: str = "demo", backend=None, encoder=None,
-                 timings: dict | None = None, progress: Callable[[str], None] | None = None) -> list[MIAResult]:
-    """Both attacks on the demo's private tickets with the real mechanisms (``backend`` / ``encoder`` default to
-    the config's models: SmolLM2-135M and all-MiniLM-L6-v2). The records are split at random into repeat-attack
-    targets (``members`` + ``nonmembers``), the probability attack's test set (``probability_examples``) and
-    fillers. ``seed`` fixes every draw (benchmark mode); None draws from the OS. ``progress`` receives stage
-    names (no data). Returns one ``MIAResult`` per attack × method × ε."""
+                 truncate_fraction: float = 0.5, methods: Sequence[str] = REPEAT_METHODS,
+                 probability_examples: int = 11, mozo_shots: int = 4, ada_members: int = 4,
+                 label_examples: int = 20, label_teachers: int = 10, label_config: str = "agnews-rnm",
+                 attacks: Sequence[str] = ("repeat", "probability"), full_icl: bool = False, seed: int | None = None,
+                 bootstrap: int = 1000, config: str = "demo", backend=None, encoder=None, timings: dict | None = None,
+                 progress: Callable[[str], None] | None = None) -> list[MIAResult]:
+    """The attacks on real data with the real mechanisms (``backend`` / ``encoder`` default to the config's
+    models: SmolLM2-135M and all-MiniLM-L6-v2). ``repeat`` and ``probability`` run on the ``config``'s private
+    records (the demo's tickets), split at random into repeat-attack targets (``members`` + ``nonmembers``), the
+    probability attack's test set (``probability_examples``) and fillers; ``label`` runs RNM on
+    ``label_config``'s records (default AG News, as paper 000). ``seed`` fixes every draw (benchmark mode); None
+    draws from the OS. ``progress`` receives stage names (no data). One ``MIAResult`` per attack × method × ε."""
     from dpicl.config import load_config
     from dpicl.privacy.rng import make_rng
     from dpicl.tasks import context
 
-    unknown = set(attacks) - {"repeat", "probability"}
+    unknown = set(attacks) - {"repeat", "probability", "label"}
     if unknown:
-        raise ValueError(f"unknown attacks {sorted(unknown)}; known: repeat, probability")
+        raise ValueError(f"unknown attacks {sorted(unknown)}; known: repeat, probability, label")
+    if set(methods) - set(REPEAT_METHODS):
+        raise ValueError(f"unknown repeat-attack methods {sorted(set(methods) - set(REPEAT_METHODS))}; known: "
+                         f"{', '.join(REPEAT_METHODS)}")
     say = progress or (lambda message: None)
     cfg = load_config(config)
-    records = _load_records(cfg)
     rng = make_rng(seed, test_mode=True) if seed is not None else make_rng()
-    n_repeat = (members + nonmembers) if "repeat" in attacks else 0
-    n_prob = probability_examples if "probability" in attacks else 0
-    if n_repeat + n_prob >= len(records):
-        raise ValueError(f"{n_repeat + n_prob} targets leave no fillers among {len(records)} records")
-    order = [int(i) for i in rng.permutation(len(records))]
-    repeat_targets, prob_targets, fillers = order[:n_repeat], order[n_repeat:n_repeat + n_prob], \
-        order[n_repeat + n_prob:]
+    results: list[MIAResult] = []
     if backend is None:
         say("loading the LLM")
         with _timed(timings, "model loading"):
             backend = context.backend(cfg)
-    gen = cfg.generation
-    generation = GenerationParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p,
-                                  stop=tuple(gen.stop))
-    results: list[MIAResult] = []
+    if "repeat" in attacks or "probability" in attacks:
+        records, public, public_name = _load_records(cfg)
+        n_repeat = (members + nonmembers) if "repeat" in attacks else 0
+        n_prob = probability_examples if "probability" in attacks else 0
+        if n_repeat + n_prob >= len(records):
+            raise ValueError(f"{n_repeat + n_prob} targets leave no fillers among {len(records)} records")
+        order = [int(i) for i in rng.permutation(len(records))]
+        repeat_targets, prob_targets = order[:n_repeat], order[n_repeat:n_repeat + n_prob]
+        fillers = order[n_repeat + n_prob:]
     if "repeat" in attacks:
         if encoder is None:
             say("loading the encoder")
             with _timed(timings, "model loading"):
                 encoder = context.encoder(cfg)
-        method = cfg.method
-        c = candidates if candidates is not None else int(getattr(method, "candidates", 6))
-        candidate_generation = GenerationParams(
-            max_new_tokens=gen.max_new_tokens, temperature=float(getattr(method, "candidate_temperature", 0.7)),
-            top_p=float(getattr(method, "candidate_top_p", 0.95)), stop=tuple(gen.stop),
-            seed=int(rng.integers(2**31)))
-        with _timed(timings, "planning"):
-            settings = plan_repeat_settings(epsilons, delta, n_records=len(records), teachers=teachers, shots=shots,
-                                            queries=members + nonmembers)
+        size = {"teachers": teachers, "shots": shots}
+        configs = [method_config(cfg, name, public_name if name in ("sga", "ksa-public") else None,
+                                 **size, **({"candidates": candidates} if name == "esa" and candidates else {}))
+                   for name in methods if name != "synthetic-icl"]
+        fewshot = (method_config(cfg, "dp-fewshot", public_name, splits=teachers, shots=shots)
+                   if "synthetic-icl" in methods else None)
         trials = repeat_trials(repeat_targets[:members], repeat_targets[members:], fillers, teachers=teachers,
                                shots=shots, rng=rng)
-        say(f"repeat attack: {len(trials)} queries × {teachers} teachers")
-        scores = repeat_attack_scores(backend, encoder, cfg.task, records, trials, generation=generation,
-                                      candidate_generation=candidate_generation, candidates=c,
-                                      esa_settings=settings["esa"], ksa_settings=settings["ksa-jem"],
-                                      ksa_k=int(getattr(method, "k", 10)), truncate_fraction=truncate_fraction,
-                                      full_icl=full_icl, rng=rng, timings=timings)
+        say(f"repeat attack: {len(trials)} queries × {teachers} teachers, methods {', '.join(methods)}")
+        scores = repeat_attack_scores(backend, encoder, configs or [method_config(cfg, "esa", **size)], records,
+                                      trials, epsilons=epsilons, delta=delta, public=public, fewshot=fewshot,
+                                      truncate_fraction=truncate_fraction, full_icl=full_icl, rng=rng,
+                                      timings=timings)
         results += to_results("repeat", scores, bootstrap=bootstrap, rng=rng)
     if "probability" in attacks:
+        gen = cfg.generation
         with _timed(timings, "planning"):
             settings = plan_probability_settings(epsilons, delta, n_records=len(records), queries=n_prob,
                                                  max_new_tokens=gen.max_new_tokens, mozo_shots=mozo_shots,
@@ -660,6 +774,21 @@ def run_demo_mia(*, members: int = 40, nonmembers: int = 40, teachers: int = 10,
                                            ada_settings=settings["adapmixed"], mozo_shots=mozo_shots,
                                            ada_members=ada_members, rng=rng, timings=timings)
         results += to_results("probability", scores, bootstrap=bootstrap, rng=rng)
+    if "label" in attacks:
+        label_cfg = load_config(label_config)
+        labelled, _, _ = _load_records(label_cfg)
+        if label_examples + label_teachers >= len(labelled):
+            raise ValueError(f"{label_config}: {len(labelled)} records are too few for the label attack")
+        order = [int(i) for i in rng.permutation(len(labelled))]
+        test, label_fillers = order[:label_examples], order[label_examples:]
+        rate = label_teachers / len(labelled)  # one-shot teachers
+        settings = [planned_setting("rnm", eps, delta, sampling_rate=rate, queries=label_examples,
+                                    forced_queries=label_examples)[1] for eps in epsilons]
+        say(f"label attack ({label_config}): {label_examples} queries × {label_examples} demonstrations")
+        with _timed(timings, "label attack (LLM)"):
+            scores = label_attack_scores(backend, label_cfg, labelled, test, label_fillers, teachers=label_teachers,
+                                         rnm_settings=settings, rng=rng)
+        results += to_results("label", scores, bootstrap=bootstrap, rng=rng)
     return results
 
 

@@ -113,9 +113,12 @@ def load_benchmark(configs: Sequence[Config], queries: int):
 
 def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callable[[Config], object],
                    rng: np.random.Generator, delta: float | None = None, teacher_key: bytes | None = None,
+                   groups: Sequence[Sequence[Sequence[str]]] | None = None,
                    progress: Callable[[str], None] = lambda stage: None) -> Ensemble:
     """Sample and prompt every query's teachers, then run every backend call the methods need, batched.
-    `teacher_key` replaces the random key of the scratch ingest (for reproducible benchmark runs)."""
+    `teacher_key` replaces the random key of the scratch ingest (for reproducible benchmark runs); `groups`
+    (per query, the record ids of each teacher) replaces the sampling altogether (membership inference places
+    its targets itself)."""
     base = check_configs(configs)
     private, public, dataset, rows = data
     methods = {cfg.method.name for cfg in configs}
@@ -124,10 +127,13 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
     by_id = {r.record_id: r for r in private}
     queries = [q for q, _ in rows]
     teacher_prompts, public_prompts, examples = [], [], []
-    for query in queries:
-        groups = assign_teachers(list(by_id), teacher_key or dataset["teacher_key"], n, shots, rate, rng)
+    if groups is not None and (len(groups) != len(queries) or any(len(g) != n for g in groups)):
+        raise SweepError(f"teacher groupings must give {n} teachers for each of the {len(queries)} queries")
+    for k, query in enumerate(queries):
+        shown = groups[k] if groups is not None else \
+            assign_teachers(list(by_id), teacher_key or dataset["teacher_key"], n, shots, rate, rng)
         teacher_prompts += [render_prompt(base.task, [(by_id[i].input, by_id[i].output) for i in g], query)
-                            for g in groups]
+                            for g in shown]
         if public:
             name = next(c.public_dataset for c in configs if c.method.name in ("sga", "ksa-public"))
             prompts, example = public_ensemble(base.task, public, query, n, shots, public_key(name, query))
@@ -241,12 +247,14 @@ def release_answers(cfg: Config, ens: Ensemble, results: list, backend) -> dict[
     return {"": _greedy(ens, backend, prompts)}
 
 
-def method_answers(cfg: Config, ens: Ensemble, epsilon: float, backend, rng: np.random.Generator):
+def method_answers(cfg: Config, ens: Ensemble, epsilon: float, backend, rng: np.random.Generator,
+                   plan: dict | None = None):
     """The answers of one method at one ε (INF: without noise), keyed by a row suffix ("" for the method's own
-    row; SGA also gives its top-1 candidate), and the share of passed PTR tests where that applies."""
-    plan = None if epsilon == INF else planning.plan(
-        cfg.method.name, sampling_rate=ens.sampling_rate, queries=len(ens.queries), epsilon=epsilon,
-        delta=ens.delta, **plan_options(cfg))
+    row; SGA also gives its top-1 candidate), and the share of passed PTR tests where that applies. `plan`: the
+    method's plan for ε when the caller already made it (calibration can take a minute)."""
+    if plan is None and epsilon != INF:
+        plan = planning.plan(cfg.method.name, sampling_rate=ens.sampling_rate, queries=len(ens.queries),
+                             epsilon=epsilon, delta=ens.delta, **plan_options(cfg))
     _, aggregator = AGGREGATORS[cfg.method.name]
     results = [nonprivate(cfg, f, rng) if plan is None else aggregator(cfg, plan, f, rng) for f in ens.features]
     passed = (sum(r["keywords"] is not None for r in results) / len(results)

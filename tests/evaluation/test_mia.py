@@ -17,6 +17,7 @@ from dpicl.evaluation.mia import (
     DPSetting,
     MIAResult,
     auroc,
+    cached_plan,
     markdown_table,
     probability_attack_scores,
     repeat_attack_scores,
@@ -101,7 +102,7 @@ class CopyingLLM:
                 logits = logits + 0.3 * np.random.default_rng(_hash(x, query, len(suffix))).normal(
                     size=self.vocab_size)
                 tokens = self.encode_text(y)
-                if x == query and len(suffix) < len(tokens):
+                if query and x.startswith(query) and len(suffix) < len(tokens):
                     logits[tokens[len(suffix)]] += self.copy_boost
             rows[r] = logits - np.logaddexp.reduce(logits)
         return rows.astype(np.float32)
@@ -205,20 +206,61 @@ def test_similarity_scores_are_cosines():
     np.testing.assert_allclose(s, [1.0, 0.0, 0.0], atol=1e-6)
 
 
+class TokenCopyingLLM(CopyingLLM):
+    """A CopyingLLM whose token-level texts round-trip: `decode` writes token ids as words "tok<id>", which
+    `encode_text` reads back (for DP few-shot generation)."""
+
+    def encode_text(self, text):
+        return [int(w[3:]) if re.fullmatch(r"tok\d+", w) else 2 + _hash(w) % (self.vocab_size - 2)
+                for w in text.split()]
+
+    def decode(self, token_ids):
+        return " ".join(f"tok{i}" for i in token_ids)
+
+
+class TokenBag(BagOfWords):
+    """BagOfWords over the LLM's token ids (a generated "tok<id>" and the word it stands for coincide)."""
+
+    def __init__(self, llm) -> None:
+        self.llm = llm
+
+    def encode(self, texts, progress=False):
+        return super().encode([" ".join(f"tok{i}" for i in self.llm.encode_text(t)) for t in texts])
+
+
+REPEAT_METHODS = [{"name": "esa", "candidates": 4}, {"name": "ksa-jem"}, {"name": "ksa-ptr"}, {"name": "sga"},
+                  {"name": "ksa-public"}]
+
+
+def method_configs(methods, teachers: int = 4, shots: int = 2):
+    from dpicl.config import Config
+
+    base = {"name": "mia", "private_dataset": "p", "public_dataset": "pub", "backlog": "b",
+            "data": [{"name": "p", "kind": "private", "path": "unused.jsonl"}],
+            "task": TASK.model_dump(), "generation": {"max_new_tokens": 8, "stop": ["\n"]},
+            "synthetic": {"name": "s"}}
+    size = lambda m: {"splits": teachers} if m["name"] == "dp-fewshot" else {"teachers": teachers}  # noqa: E731
+    return [Config.model_validate({**base, "method": {**m, **size(m), "shots": shots}}) for m in methods]
+
+
+REPEAT_TIMINGS: dict = {}
+
+
 @pytest.fixture(scope="module")
 def repeat_run():
+    """Every sample-level method and DP few-shot → synthetic ICL at ε = ∞ and 1 (a few PRV calibrations)."""
     records = make_records(200)
     rng = np.random.default_rng(4)
-    trials = repeat_trials(range(0, 40), range(40, 80), range(80, 200), teachers=4, shots=2, rng=rng)
-    llm = CopyingLLM()
-    settings = [DPSetting(1.0, {"noise_multiplier": 1.1}, 3.7, 1e-5), DPSetting(8.0, {"noise_multiplier": 0.5})]
-    ksa = [DPSetting(1.0, {"epsilon_em": 1.0})]
-    scores = repeat_attack_scores(llm, BagOfWords(), TASK, records, trials, generation=GREEDY,
-                                  candidate_generation=SAMPLED, candidates=4, esa_settings=settings,
-                                  ksa_settings=ksa, full_icl=True, rng=rng, timings={})
+    trials = repeat_trials(range(0, 40), range(40, 80), range(80, 180), teachers=4, shots=2, rng=rng)
+    llm = TokenCopyingLLM()
+    fewshot = method_configs([{"name": "dp-fewshot", "top_k": 64}])[0]
+    scores = repeat_attack_scores(llm, TokenBag(llm), method_configs(REPEAT_METHODS), records, trials,
+                                  epsilons=(1.0,), delta=1e-5, public=make_records(20, seed=1), fewshot=fewshot,
+                                  full_icl=True, rng=rng, timings=REPEAT_TIMINGS)
     return llm, {(r.method, r.epsilon): r for r in to_results("repeat", scores, rng=rng)}
 
 
+@pytest.mark.slow
 def test_repeat_attack_separates_members_of_non_private_icl(repeat_run):
     _, results = repeat_run
     for method in ("icl", "icl-full"):
@@ -226,19 +268,64 @@ def test_repeat_attack_separates_members_of_non_private_icl(repeat_run):
         assert r.auroc > 0.9 and (r.members, r.nonmembers) == (40, 40)
 
 
-def test_repeat_attack_does_not_separate_esa_releases(repeat_run):
+@pytest.mark.slow
+def test_repeat_attack_does_not_separate_dp_releases(repeat_run):
     _, results = repeat_run
-    for key in [("esa", 1.0), ("esa", 8.0), ("esa-nonprivate", None)]:
-        assert abs(results[key].auroc - 0.5) < 0.2, key
-        assert results[key].auroc < results[("icl", None)].auroc - 0.3
-    assert results[("esa", 1.0)].epsilon_experiment == 3.7 and results[("esa", 1.0)].details["noise_multiplier"] == 1.1
-    assert ("ksa-jem", 1.0) in results and ("agg-nonprivate", None) in results
+    icl = results[("icl", None)].auroc
+    for method in ("esa", "ksa-jem", "ksa-ptr", "sga", "ksa-public"):
+        for eps in (None, 1.0):
+            assert (method, eps) in results
+        assert results[(method, 1.0)].auroc < icl - 0.2, method
+        assert abs(results[(method, 1.0)].auroc - 0.5) < 0.25, method
+    # ESA post-processes zero-shot candidates: even without noise nothing of the target can come out
+    assert abs(results[("esa", None)].auroc - 0.5) < 0.2
+    assert ("agg-nonprivate", None) in results and ("sga top-1", 1.0) in results
 
 
+@pytest.mark.slow
+def test_repeat_attack_settings_are_the_pipeline_plans(repeat_run):
+    from dpicl import planning
+    from dpicl.privacy.accounting import total_epsilon
+    from dpicl.tasks.run import plan_options
+
+    _, results = repeat_run
+    rate = 4 * 2 / 200
+    for cfg in method_configs(REPEAT_METHODS):
+        method = cfg.method.name
+        for eps in (1.0,):
+            r = results[(method, eps)]
+            # the fixture's own plan (cached): calibrating again would take minutes
+            plan = cached_plan(method, rate, 80, eps, 1e-5, tuple(sorted(plan_options(cfg).items())))
+            assert r.details["sampling_rate"] == pytest.approx(rate)
+            forced = total_epsilon([planning.METHODS[method].event({**plan, "sampling_rate": 1.0})], 1e-5)
+            assert r.epsilon_experiment == pytest.approx(forced)
+    # one forced query is far weaker than the subsampled plan: the experiment's bound is larger
+    assert results[("esa", 1.0)].epsilon_experiment > 2.0
+    assert "ptr_pass_rate" in results[("ksa-ptr", 1.0)].details
+
+
+@pytest.mark.slow
+def test_synthetic_icl_leaks_less_than_icl(repeat_run):
+    from dpicl import planning
+    from dpicl.privacy.accounting import total_epsilon
+
+    _, results = repeat_run
+    r = results[("synthetic-icl", 1.0)]
+    assert (r.members, r.nonmembers) == (40, 40)
+    assert r.auroc < results[("icl", None)].auroc - 0.2
+    # as run, the target is in every token of its own demonstration only (8 tokens, sampling rate 1)
+    plan = cached_plan("dp-fewshot", 8 / 200, 80, 1.0, 1e-5,
+                       tuple(sorted({"max_new_tokens": 8, "splits": 4, "mechanism": "gaussian"}.items())))
+    one_demo = planning.METHODS["dp-fewshot"].event({**plan, "sampling_rate": 1.0, "tokens": 8})
+    assert r.epsilon_experiment == pytest.approx(total_epsilon([one_demo], 1e-5))
+
+
+@pytest.mark.slow
 def test_repeat_attack_batches_backend_calls(repeat_run):
     llm, _ = repeat_run
-    # teachers, candidates, ksa answers, full prompts: one call each
-    assert llm.calls == [80 * 4, 80 * 4, 80, 80]
+    # teachers, zero-shot, public teachers, esa candidates in one call each; then per method its LLM step
+    assert llm.calls[:4] == [80 * 4, 80, 80 * 4, 80 * 4]
+    assert max(llm.calls) == 80 * 4
 
 
 # ------------------------------------------------------------------------------------------ probability attack
@@ -296,6 +383,51 @@ def test_planned_settings_and_the_epsilon_of_the_experiment_as_run():
     assert all(s.epsilon_experiment == pytest.approx(s.epsilon, rel=1e-6) for s in ada)
 
 
+# ----------------------------------------------------------------------------------------- label attack (RNM)
+
+class LabelCopyingLLM:
+    """Scores labels: a prompt whose demonstration input is the query puts its log-probability mass on that
+    demonstration's label; other prompts get a random preference of their own."""
+
+    name = "label-fake"
+
+    def label_logprobs(self, prompts, continuations, *, progress=False):
+        labels = [c.strip() for c in continuations]
+        out = np.empty((len(prompts), len(labels)))
+        for r, prompt in enumerate(prompts):
+            demos, query = _parse(prompt)
+            logits = np.random.default_rng(_hash("label", prompt)).normal(size=len(labels))
+            for x, y in demos:
+                if x == query:
+                    logits[labels.index(y)] += 6.0
+            out[r] = logits - np.logaddexp.reduce(logits)
+        return out
+
+
+def test_label_attack_separates_one_shot_icl_but_not_rnm():
+    from dpicl.config import Config
+    from dpicl.evaluation.mia import label_attack_scores
+
+    labels = ["World", "Sports", "Business", "Technology"]
+    cfg = Config.model_validate({"name": "x", "private_dataset": "p", "backlog": "b", "method": {"name": "rnm"},
+                                 "task": {**TASK.model_dump(), "type": "classification", "labels": labels}})
+    rng = np.random.default_rng(12)
+    records = [(x, labels[int(rng.integers(4))]) for x, _ in make_records(60, seed=13)]
+    settings = [DPSetting(1.0, {"noise_multiplier": 3.0}), DPSetting(8.0, {"noise_multiplier": 0.3})]
+    scores = label_attack_scores(LabelCopyingLLM(), cfg, records, range(16), range(16, 60), teachers=10,
+                                 rnm_settings=settings, rng=rng)
+    results = {(r.method, r.epsilon): r for r in to_results("label", scores, rng=rng)}
+    assert {(r.members, r.nonmembers) for r in results.values()} == {(16, 240)}
+    assert {s.method for s in scores} == {"icl", "icl-ref", "rnm"}
+    icl = results[("icl", None)].auroc
+    assert icl > 0.9
+    # a member's teacher always votes its label; noise large against one vote hides it
+    assert results[("rnm", None)].auroc > 0.55  # one vote of ten sometimes decides the plain vote
+    assert results[("rnm", 1.0)].auroc < icl - 0.2 and abs(results[("rnm", 1.0)].auroc - 0.5) < 0.15
+    # the released labels are 0/1 scores
+    assert set(np.unique(np.r_[scores[2].members, scores[2].nonmembers])) <= {0.0, 1.0}
+
+
 # --------------------------------------------------------------------------------------------- the real models
 
 @pytest.mark.slow
@@ -312,10 +444,10 @@ def test_demo_mia_end_to_end_on_the_embedded_models():
         pytest.skip(f"embedded models not installed: {err}")
     timings: dict = {}
     results = run_demo_mia(members=2, nonmembers=2, teachers=2, shots=1, candidates=2, epsilons=(8.0,),
-                           probability_examples=3, mozo_shots=2, ada_members=2, seed=0, bootstrap=20,
-                           timings=timings)
+                           methods=("esa", "ksa-ptr"), probability_examples=3, mozo_shots=2, ada_members=2, seed=0,
+                           bootstrap=20, timings=timings)
     rows = {(r.attack, r.method, r.epsilon) for r in results}
-    assert {("repeat", "icl", None), ("repeat", "esa", 8.0), ("repeat", "ksa-jem", 8.0),
+    assert {("repeat", "icl", None), ("repeat", "esa", 8.0), ("repeat", "ksa-ptr", 8.0),
             ("probability", "icl", None), ("probability", "dps-mozo", 8.0), ("probability", "adapmixed", 8.0)} <= rows
     for r in results:
         d = r.to_dict()

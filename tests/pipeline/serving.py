@@ -1,0 +1,133 @@
+"""Helpers of the deployment tests: a backlog sized to run fast, child-process environments with fake models,
+reading a database that a flow run may be holding, and Prefect API look-ups."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE_SITE = Path(__file__).resolve().parent / "fake_models_site"
+PRIVATE_WORDS = ("private ticket", "private summary", "incoming ticket")  # texts of the records and queries
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def query_rows(start: int, stop: int) -> list[dict]:
+    return [{"id": f"q{i}", "text": f"incoming ticket {i}"} for i in range(start, stop)]
+
+
+def make_backlog(tmp_path: Path, *, queries: int, planned: int, epsilon: float = 2.0) -> tuple[str, str]:
+    """A private dataset, a backlog of `queries`, a budget for `planned` ESA queries; returns (config, db).
+
+    `sampling_rate: 1.0` keeps the noise calibration (PRV accountant, once per flow-run process) at a few seconds
+    instead of tens: these tests are about orchestration, not about the mechanism."""
+    from dpicl.storage.db import connect
+    from dpicl.storage.ingest import FieldMap, ingest_dataset, ingest_queries
+    from dpicl.storage.ledger import open_budget
+
+    private = write_jsonl(tmp_path / "private.jsonl", [
+        {"id": f"r{i}", "text": f"private ticket number {i} about topic {i % 4}", "summary": f"private summary {i}"}
+        for i in range(60)
+    ])
+    backlog = write_jsonl(tmp_path / "backlog.jsonl", query_rows(0, queries))
+    db = tmp_path / "serve.duckdb"
+    con = connect(db)
+    try:
+        ingest_dataset(con, private, "tiny", "private", "summarization",
+                       FieldMap(id="id", input="text", output="summary"))
+        ingest_queries(con, backlog, "tiny-backlog", FieldMap(id="id", input="text", output=None))
+        open_budget(con, "tiny", epsilon, 1e-5)
+    finally:
+        con.close()
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "tiny",
+        "private_dataset": "tiny",
+        "backlog": "tiny-backlog",
+        "method": {"name": "esa", "teachers": 4, "shots": 2, "candidates": 3, "planned_queries": planned,
+                   "sampling_rate": 1.0},
+        "batch_queries": 3,
+    }))
+    return str(config), str(db)
+
+
+def child_env(prefect_home: Path, api_url: str | None = None) -> dict[str, str]:
+    """Environment of a child process: fake models (tests/pipeline/fake_models_site), its own PREFECT_HOME."""
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update({
+        "PREFECT_HOME": str(prefect_home),
+        "PYTHONPATH": os.pathsep.join([str(FAKE_SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "DPICL_TEST_FAKE_MODELS": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PYTHONUNBUFFERED": "1",
+    })
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
+    return env
+
+
+def prefect_bin() -> str:
+    return str(Path(sys.executable).with_name("prefect"))
+
+
+def read_db(db: str, query: str, params: list | None = None, timeout: float = 120.0) -> list[tuple]:
+    """Rows of a read-only query, retried while a flow run holds the file (DuckDB: one process at a time)."""
+    from dpicl.storage.db import DatabaseLockedError, connect
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            con = connect(db, read_only=True)
+        except DatabaseLockedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+            continue
+        try:
+            return con.execute(query, params or []).fetchall()
+        finally:
+            con.close()
+
+
+def statuses(db: str) -> dict[str, str]:
+    return dict(read_db(db, "SELECT query_id, status FROM queries WHERE backlog = 'tiny-backlog'"))
+
+
+def wait_for(predicate, timeout: float, interval: float = 1.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def flow_run_artifacts(client, flow_run_id) -> list:
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    return client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(
+        any_=[flow_run_id])))
+
+
+def assert_no_private_text(*texts) -> None:
+    blob = " ".join(str(t) for t in texts)
+    for word in PRIVATE_WORDS:
+        assert word not in blob, f"private text ({word!r}…) reached Prefect"

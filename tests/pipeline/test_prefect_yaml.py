@@ -1,0 +1,70 @@
+"""prefect.yaml, read by Prefect's own loader and models (the ones `prefect deploy` uses); no server needed.
+`prefect deploy --all` against a real server, and a process worker running one of the deployments, are in
+test_serve.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PREFECT_YAML = REPO / "prefect.yaml"
+EXPECTED = {  # deployment name → (flow name, entrypoint)
+    "answer-backlog": ("answer_backlog", "dpicl/flows/answer_backlog.py:answer_backlog"),
+    "rerun": ("rerun", "dpicl/flows/rerun.py:rerun"),
+    "evaluate": ("evaluate", "dpicl/flows/evaluate.py:evaluate"),
+}
+
+
+@pytest.fixture(scope="module")
+def deploy_configs():
+    from prefect.cli.deploy._config import _load_deploy_configs_and_actions
+    from prefect.cli.deploy._models import PrefectYamlModel
+    from rich.console import Console
+
+    raw = yaml.safe_load(PREFECT_YAML.read_text())
+    PrefectYamlModel.model_validate(raw)  # raises where the CLI would only warn and skip every deployment
+    console = Console(record=True, width=200)
+    configs, actions = _load_deploy_configs_and_actions(PREFECT_YAML, console=console)
+    assert "Skipping" not in console.export_text(), console.export_text()
+    assert actions["build"] == [] and actions["push"] == []
+    return {c["name"]: c for c in configs}
+
+
+def test_prefect_yaml_declares_the_three_deployments_on_the_process_pool(deploy_configs):
+    assert set(deploy_configs) == set(EXPECTED)
+    for name, (flow_name, entrypoint) in EXPECTED.items():
+        config = deploy_configs[name]
+        assert config["entrypoint"] == entrypoint
+        assert config["work_pool"]["name"] == "dpicl-process"
+        path = entrypoint.split(":")[0]
+        assert (REPO / path).is_file(), f"{path} does not exist (yet)"
+
+
+def test_only_the_backlog_is_scheduled_and_runs_one_at_a_time(deploy_configs):
+    from prefect.cli.deploy._models import RawScheduleConfig
+
+    schedules = deploy_configs["answer-backlog"]["schedules"]
+    assert len(schedules) == 1
+    schedule = RawScheduleConfig.model_validate(schedules[0])
+    assert schedule.cron and schedule.timezone == "UTC"
+    assert deploy_configs["answer-backlog"]["concurrency_limit"]["limit"] == 1
+    assert not deploy_configs["rerun"].get("schedules") and not deploy_configs["evaluate"].get("schedules")
+
+
+def test_entrypoints_load_the_named_flows_and_the_parameters_fit_them(deploy_configs, monkeypatch):
+    from prefect.flows import load_flow_from_entrypoint
+
+    monkeypatch.chdir(REPO)
+    for name, (flow_name, entrypoint) in EXPECTED.items():
+        flow = load_flow_from_entrypoint(entrypoint)
+        assert flow.name == flow_name
+        params = deploy_configs[name].get("parameters", {})
+        assert set(params) <= set(flow.parameters.properties), f"{name}: unknown parameters"
+        # names, paths and numbers only: never text of a dataset or a query
+        for value in params.values():
+            for item in value if isinstance(value, list) else [value]:
+                assert item is None or isinstance(item, (int, float)) or (
+                    isinstance(item, str) and len(item) < 80 and "\n" not in item), (name, item)

@@ -8,9 +8,10 @@ nothing here logs them or puts them into exception messages.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -183,3 +184,40 @@ def has_stop(text: str, stop: Sequence[str]) -> bool:
     """Whether `postprocess` would cut `text` at a stop string (the test generation stops on)."""
     text = text.lstrip()
     return any(s in text for s in stop)
+
+
+def token_id_tuple(ids: Sequence[int], limit: int, what: str) -> tuple[int, ...]:
+    """`ids` as a tuple of ints in [0, limit). Only an id outside the vocabulary, which is no text, is named."""
+    import numpy as np
+
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"{what} must be a sequence of token ids, not a string")
+    out = []
+    for token in ids:
+        if isinstance(token, (bool, np.bool_)):
+            raise TypeError(f"{what} must hold integer token ids, got a bool")
+        try:
+            token = operator.index(token)
+        except TypeError:
+            raise TypeError(f"{what} must hold integer token ids, got {type(token).__name__}") from None
+        if not 0 <= token < limit:
+            raise ValueError(f"{what} holds the token id {token}, outside the vocabulary [0, {limit})")
+        out.append(token)
+    return tuple(out)
+
+
+class TokenizerText:
+    """`encode_text` and `decode` of a backend that holds a Hugging Face tokenizer as `self.tokenizer`."""
+
+    tokenizer: Any
+
+    def encode_text(self, text: str) -> list[int]:
+        """The token ids of a continuation `text` (no special tokens added), e.g. for a `suffix`."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string, got {type(text).__name__}")
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids) if text else []
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """The text of `token_ids`, special tokens skipped."""
+        ids = token_id_tuple(token_ids, len(self.tokenizer), "token_ids")
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gc
 import inspect
-import operator
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StoppingCriteria, StoppingCriteriaList
 
-from dpicl.inference.base import GenerationParams, has_stop, postprocess
+from dpicl.inference.base import GenerationParams, has_stop, postprocess, token_id_tuple
 from dpicl.inference.models import resolve_llm
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -223,7 +222,7 @@ class HFBackend:
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """The text of `token_ids`, special tokens (EOS, ...) skipped."""
-        ids = _token_id_tuple(token_ids, self._input_vocab, "token_ids")
+        ids = token_id_tuple(token_ids, self._input_vocab, "token_ids")
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     @torch.inference_mode()
@@ -255,8 +254,8 @@ class HFBackend:
         key = tuple(prompts)
         if not all(isinstance(p, str) for p in key):
             raise TypeError("prompts must be strings")
-        fed = _token_id_tuple(suffix, self._input_vocab, "suffix")
-        columns = None if token_ids is None else _token_id_tuple(token_ids, self.vocab_size, "token_ids")
+        fed = token_id_tuple(suffix, self._input_vocab, "suffix")
+        columns = None if token_ids is None else token_id_tuple(token_ids, self.vocab_size, "token_ids")
         if not key:
             return np.empty((0, self.vocab_size if columns is None else len(columns)), dtype=np.float32)
 
@@ -376,24 +375,6 @@ class HFBackend:
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-
-
-def _token_id_tuple(ids: Sequence[int], limit: int, what: str) -> tuple[int, ...]:
-    """`ids` as a tuple of ints in [0, limit). Only an id outside the vocabulary, which is no text, is named."""
-    if isinstance(ids, (str, bytes)):
-        raise TypeError(f"{what} must be a sequence of token ids, not a string")
-    out = []
-    for token in ids:
-        if isinstance(token, (bool, np.bool_)):
-            raise TypeError(f"{what} must hold integer token ids, got a bool")
-        try:
-            token = operator.index(token)
-        except TypeError:
-            raise TypeError(f"{what} must hold integer token ids, got {type(token).__name__}") from None
-        if not 0 <= token < limit:
-            raise ValueError(f"{what} holds the token id {token}, outside the vocabulary [0, {limit})")
-        out.append(token)
-    return tuple(out)
 
 
 class _StopStrings(StoppingCriteria):

@@ -16,7 +16,6 @@ The helpers at the top (row seeds, label tokens, stops in leading whitespace) ar
 from __future__ import annotations
 
 import logging
-import operator
 import os
 import random
 import threading
@@ -27,7 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from dpicl.inference.base import GenerationParams, UnsupportedCapabilityError, postprocess
+from dpicl.inference.base import (
+    GenerationParams,
+    TokenizerText,
+    UnsupportedCapabilityError,
+    postprocess,
+    token_id_tuple,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,24 +72,6 @@ def stopped_in_leading_whitespace(text: str, finish_reason: object, stop_reason:
 
 
 UNKNOWN = object()
-
-
-def token_id_tuple(ids: Sequence[int], limit: int, what: str) -> tuple[int, ...]:
-    """`ids` as a tuple of ints in [0, limit). Only an id outside the vocabulary, which is no text, is named."""
-    if isinstance(ids, (str, bytes)):
-        raise TypeError(f"{what} must be a sequence of token ids, not a string")
-    out = []
-    for token in ids:
-        if isinstance(token, (bool, np.bool_)):
-            raise TypeError(f"{what} must hold integer token ids, got a bool")
-        try:
-            token = operator.index(token)
-        except TypeError:
-            raise TypeError(f"{what} must hold integer token ids, got {type(token).__name__}") from None
-        if not 0 <= token < limit:
-            raise ValueError(f"{what} holds the token id {token}, outside the vocabulary [0, {limit})")
-        out.append(token)
-    return tuple(out)
 
 
 def label_first_tokens(tokenizer: Any, continuations: Sequence[str]) -> list[int]:
@@ -151,7 +138,7 @@ class _Transient(Exception):
         self.retry_after = retry_after
 
 
-class OpenAIBackend:
+class OpenAIBackend(TokenizerText):
     """Completions from an OpenAI-compatible server at `base_url` (ending in `/v1`), model name `model` as the
     server knows it (`vllm serve DIR --served-model-name smollm2`).
 
@@ -327,17 +314,6 @@ class OpenAIBackend:
     def eos_token_ids(self) -> frozenset[int]:
         self.tokenizer  # noqa: B018
         return self._eos
-
-    def encode_text(self, text: str) -> list[int]:
-        """The token ids of a continuation `text` (no special tokens added), e.g. for a `suffix`."""
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a string, got {type(text).__name__}")
-        return list(self.tokenizer(text, add_special_tokens=False).input_ids) if text else []
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        """The text of `token_ids`, special tokens skipped."""
-        ids = token_id_tuple(token_ids, len(self.tokenizer), "token_ids")
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     def _encode(self, prompt: str) -> list[int]:
         ids = list(self.tokenizer(prompt).input_ids)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from dpicl.inference.base import GenerationParams, postprocess
+from dpicl.inference.base import GenerationParams, TokenizerText, postprocess, token_id_tuple
 from dpicl.inference.models import cache_dir, resolve_llm
 from dpicl.inference.openai_compat import (
     MAX_SELECTED_IDS,
@@ -27,7 +27,6 @@ from dpicl.inference.openai_compat import (
     missing_bos_id,
     row_seeds,
     stopped_in_leading_whitespace,
-    token_id_tuple,
 )
 
 # Measured (docs/STACK.md): with one OpenMP thread the in-process CPU engine starts in ~5 s, else 10x slower.
@@ -65,7 +64,7 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-class VLLMBackend:
+class VLLMBackend(TokenizerText):
     """A vLLM engine loaded once (offline) and used for batched `generate` and log-probability calls.
 
     `device` "auto" means CUDA when torch sees a GPU, else CPU; the engine itself picks its platform (the CPU
@@ -148,17 +147,6 @@ class VLLMBackend:
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Prompt lengths in tokens, as `generate` feeds them (BOS included when we add it)."""
         return [len(row) for row in self._encode(texts)]
-
-    def encode_text(self, text: str) -> list[int]:
-        """The token ids of a continuation `text` (no special tokens added), e.g. for a `suffix`."""
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a string, got {type(text).__name__}")
-        return list(self.tokenizer(text, add_special_tokens=False).input_ids) if text else []
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        """The text of `token_ids`, special tokens skipped."""
-        ids = token_id_tuple(token_ids, len(self.tokenizer), "token_ids")
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     def label_token_ids(self, continuations: Sequence[str]) -> list[int]:
         """The first token id of each label continuation (distinct, non-empty; see `HFBackend.label_token_ids`)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ from dpicl.config import Config, load_config
 from dpicl.privacy.accounting import total_epsilon
 from dpicl.privacy.accounting.events import event_from_json
 from dpicl.storage import ledger
-from dpicl.storage.db import connect
+from dpicl.storage.db import DatabaseLockedError, connect
 
 
 def config(config_path: str) -> Config:
@@ -29,9 +30,22 @@ def _config(config_path: str, mtime_ns: int, size: int) -> Config:
     return load_config(config_path)
 
 
+# A CLI reader (`dpicl budget show`, `dpicl releases`) holds the file for moments: a task waits for it to let go
+# rather than fail (writers are kept apart by the flows' one-writer limit, dpicl/flows/locking.py).
+READER_WAIT_SECONDS = 60.0
+
+
 @contextmanager
-def database(db_path: str) -> Iterator[duckdb.DuckDBPyConnection]:
-    con = connect(db_path)
+def database(db_path: str, wait_seconds: float = READER_WAIT_SECONDS) -> Iterator[duckdb.DuckDBPyConnection]:
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            con = connect(db_path)
+            break
+        except DatabaseLockedError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
     try:
         yield con
     finally:

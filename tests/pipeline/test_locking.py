@@ -93,3 +93,32 @@ def test_the_machine_local_writer_lock_excludes_a_second_process(tmp_path):
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_task_waits_for_a_reader_to_let_go_of_the_file(tmp_path):
+    import threading
+
+    from dpicl.tasks import context
+
+    db = tmp_path / "read.duckdb"
+    connect(db).close()
+    holder = _start(_HOLD, str(db))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(DatabaseLockedError):
+            with context.database(str(db), wait_seconds=0.5):
+                pass
+
+        def let_go():
+            time.sleep(1.0)
+            holder.stdin.write("go\n")
+            holder.stdin.flush()
+
+        threading.Thread(target=let_go).start()
+        started = time.monotonic()
+        with context.database(str(db), wait_seconds=60) as con:
+            assert con.execute("SELECT 1").fetchone() == (1,)
+        assert time.monotonic() - started >= 0.9
+    finally:
+        holder.kill()
+        holder.wait()

@@ -127,6 +127,7 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
     by_id = {r.record_id: r for r in private}
     queries = [q for q, _ in rows]
     teacher_prompts, public_prompts, examples = [], [], []
+    public_name = next((c.public_dataset for c in configs if c.method.name in ("sga", "ksa-public")), None)
     if groups is not None and (len(groups) != len(queries) or any(len(g) != n for g in groups)):
         raise SweepError(f"teacher groupings must give {n} teachers for each of the {len(queries)} queries")
     for k, query in enumerate(queries):
@@ -134,9 +135,8 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
             assign_teachers(list(by_id), teacher_key or dataset["teacher_key"], n, shots, rate, rng)
         teacher_prompts += [render_prompt(base.task, [(by_id[i].input, by_id[i].output) for i in g], query)
                             for g in shown]
-        if public:
-            name = next(c.public_dataset for c in configs if c.method.name in ("sga", "ksa-public"))
-            prompts, example = public_ensemble(base.task, public, query, n, shots, public_key(name, query))
+        if public and public_name is not None:  # the public ensemble only for the public-data methods
+            prompts, example = public_ensemble(base.task, public, query, n, shots, public_key(public_name, query))
             public_prompts += prompts
             examples.append(example)
     zero_shot = [zero_shot_prompt(base.task, q) for q in queries]

@@ -12,6 +12,7 @@ settings of docs/STACK.md where the user has not set them.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,10 @@ from dpicl.inference.openai_compat import (
 
 # Measured (docs/STACK.md): with one OpenMP thread the in-process CPU engine starts in ~5 s, else 10x slower.
 DEFAULT_CPU_THREADS = 1
+# vLLM's CPU default is 128 tokens per KV block; prefix-cache hits are whole blocks, so a shorter prompt never hits
+# and each step of `next_token_logprobs` recomputes up to 127 tokens. 32 is the smallest size the CPU attention
+# kernels prefer (multiples of 32).
+CPU_BLOCK_SIZE = 32
 
 
 def configure_environment(cpu: bool, threads: int | None = None) -> dict[str, str]:
@@ -113,6 +118,8 @@ class VLLMBackend(TokenizerText):
             max_logprobs=-1,  # full-vocabulary rows for next_token_logprobs
             enforce_eager=platform == "cpu" if enforce_eager is None else enforce_eager,
         )
+        if platform == "cpu":
+            kwargs["block_size"] = CPU_BLOCK_SIZE
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         if gpu_memory_utilization is not None:
@@ -168,29 +175,52 @@ class VLLMBackend(TokenizerText):
         if not prompts:
             return []
         ids = self._encode(prompts)
-        outs = self._run(ids, self._sampling(params, row_seeds(params.seed, len(ids)), params.stop), progress)
-        done = [out.outputs[0] for out in outs]
-        # A stop string in the leading whitespace ended some completions early (postprocess strips it first):
-        # generate those again without stops, and cut them afterwards.
-        redo = [i for i, c in enumerate(done)
-                if stopped_in_leading_whitespace(c.text, c.finish_reason, c.stop_reason, params.stop)]
-        if redo:
-            seeds = row_seeds(params.seed, len(ids), round_=1)
-            again = self._run([ids[i] for i in redo], self._sampling(params, [seeds[i] for i in redo], ()))
-            for i, out in zip(redo, again, strict=True):
-                done[i] = out.outputs[0]
+        self._prefill_repeated(ids)
+        tokens = self._complete(ids, params, progress)
         # Decoded from the token ids (as `hf` does), not vLLM's text, which ends before the stop string.
-        texts = self.tokenizer.batch_decode([list(c.token_ids) for c in done], skip_special_tokens=True)
+        texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
         return [postprocess(text, params.stop) for text in texts]
 
-    def _sampling(self, params: GenerationParams, seeds: list[int | None], stop: Sequence[str]) -> list:
-        common: dict[str, Any] = dict(max_tokens=params.max_new_tokens, stop=list(stop) or None)
+    def _prefill_repeated(self, ids: list[list[int]]) -> None:
+        """Prefill each prompt asked for more than once (ESA's candidates are copies of one zero-shot prompt) once,
+        before the batch: requests scheduled in one step share no KV blocks, later ones hit the prefix cache."""
+        repeated = [list(row) for row, n in Counter(map(tuple, ids)).items() if n > 1]
+        if repeated:
+            once = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
+            self._run(repeated, [once] * len(repeated))
+
+    def _complete(self, ids: list[list[int]], params: GenerationParams, progress: bool) -> list[list[int]]:
+        """The generated token ids of each prompt.
+
+        The engine ends a completion at the first stop string anywhere, but `postprocess` strips leading whitespace
+        before it looks for stops (small models often open with a newline). A completion that stopped inside its
+        leading whitespace goes on from where it stopped (its prompt and tokens so far are a prefix-cache hit)
+        until it stops after it or has `max_new_tokens`: the tokens `hf` generates, without generating them again.
+        """
+        tokens: list[list[int]] = [[] for _ in ids]
+        todo, round_ = list(range(len(ids))), 0
+        while todo:
+            seeds = row_seeds(params.seed, len(ids), round_)
+            sampling = [self._sampling(params, seeds[i], params.max_new_tokens - len(tokens[i])) for i in todo]
+            outs = self._run([ids[i] + tokens[i] for i in todo], sampling, progress and round_ == 0)
+            going_on = []
+            for i, out in zip(todo, outs, strict=True):
+                done = out.outputs[0]
+                tokens[i] += done.token_ids
+                if (len(tokens[i]) < params.max_new_tokens and stopped_in_leading_whitespace(
+                        done.text, done.finish_reason, done.stop_reason, params.stop)):
+                    going_on.append(i)
+            todo, round_ = going_on, round_ + 1
+        return tokens
+
+    def _sampling(self, params: GenerationParams, seed: int | None, max_tokens: int):
+        common: dict[str, Any] = dict(max_tokens=max_tokens, stop=list(params.stop) or None, seed=seed)
         if params.greedy:
             common.update(temperature=0.0)
         else:
             # top_k 0: no top-k cut, only temperature and top_p (as `hf`).
             common.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
-        return [self._vllm.SamplingParams(seed=seed, **common) for seed in seeds]
+        return self._vllm.SamplingParams(**common)
 
     # ------------------------------------------------------------ log-probabilities
 

@@ -114,6 +114,45 @@ def test_a_stop_in_the_leading_whitespace_is_not_the_end(vllm_backend, hf_refere
     assert got and got == postprocess(raw, ("\n",)) == hf_reference.generate([MEDIUM], params)[0]
 
 
+def test_a_completion_stopped_in_its_whitespace_goes_on_within_max_new_tokens(vllm_backend, hf_reference):
+    # It continues from its own tokens (not from scratch), so the budget counts the whitespace already generated:
+    # with one token SmolLM2's opening newline is the whole completion, as with hf.
+    for tokens in (1, 2, 6):
+        params = GenerationParams(max_new_tokens=tokens, stop=("\n",))
+        ours = vllm_backend.generate([MEDIUM, LIST], params)
+        assert ours == hf_reference.generate([MEDIUM, LIST], params)
+        assert all(n <= tokens for n in vllm_backend.count_tokens(ours))
+    assert vllm_backend.generate([MEDIUM], GenerationParams(max_new_tokens=1, stop=("\n",))) == [""]
+
+
+def test_copies_of_a_prompt_are_prefilled_once(vllm_backend):
+    # ESA's candidates are copies of one zero-shot prompt: requests scheduled in one step share no KV blocks, so
+    # the backend prefills the repeated prompt alone first and the copies find its whole blocks in the prefix cache.
+    # vLLM's CPU default of 128-token blocks would leave a prompt this short (~70 tokens) out of the cache.
+    b = vllm_backend
+    assert b.llm.llm_engine.vllm_config.cache_config.block_size == 32
+    calls = []
+    run = b._run
+
+    def recording(rows, params, progress=False):
+        calls.append((rows, run(rows, params, progress)))
+        return calls[-1][1]
+
+    b._run = recording
+    try:
+        b.llm.reset_prefix_cache()
+        out = b.generate([LONG] * 4 + [SHORT], GenerationParams(max_new_tokens=8))
+    finally:
+        del b._run
+    assert out[:4] == [out[0]] * 4 and out[4] != out[0]
+    long_ids = b._encode([LONG])[0]
+    assert len(long_ids) > 2 * 32
+    (warm_rows, _), (rows, outputs) = calls
+    assert warm_rows == [long_ids]  # only the repeated prompt is prefilled first
+    assert [o.num_cached_tokens for o in outputs[:4]] == [len(long_ids) // 32 * 32] * 4
+    assert len(rows) == 5
+
+
 def test_seeded_sampling_reproducible_and_seed_dependent(vllm_backend):
     prompts = [SHORT, MEDIUM, LIST]
     params = GenerationParams(max_new_tokens=10, temperature=1.0, seed=123)

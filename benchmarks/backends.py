@@ -1,15 +1,22 @@
 """Generation throughput of the `hf` and `vllm` backends side by side, on the demo workload.
 
-The prompts are built as `dpicl demo` builds them (dpicl/configs/demo.yaml through `dpicl.prompts`): for each
-backlog query, `teachers` teacher prompts with `shots` private demonstrations each plus its zero-shot prompt;
-greedy, the demo's `max_new_tokens` and stop. A second workload drops the stop (every sequence runs its full
-`--tokens`), which weighs decoding more. Each workload starts with vLLM's prefix cache empty. Tokens/s counts the
-tokens of the answers each backend returns (the same tokenizer for both). Both backends run in this process with
-one CPU thread each (their defaults), alternating, `--repeat` times; the best (shortest) run of each counts, which
-filters out the interference of other processes on a shared machine.
+The demo workload is what `dpicl demo` asks of the LLM (dpicl/configs/demo.yaml, ESA; prompts built with
+`dpicl.prompts`), call by call, for `--queries` backlog queries at once (the demo's batch of queries):
+- teachers: `teachers` prompts per query with `shots` private demonstrations each; greedy, the demo's
+  `max_new_tokens` and stop;
+- candidates: `candidates` copies of each query's zero-shot prompt, sampled (`candidate_temperature`,
+  `candidate_top_p`), same length and stop.
+Two more workloads explain the figures: the teacher prompts with a single new token (prefill only: the work both
+backends do alike) and without the stop (`--tokens` new tokens each: decoding weighs more).
+
+Tokens/s counts the tokens of the answers each backend returns (one tokenizer for both); the demo's headline is
+the two calls together. Each workload starts with vLLM's prefix cache empty (the pipeline's prompts are new for
+every query). Both backends run in this process with `--threads` CPU threads (default 1, both backends' default),
+alternating, `--repeat` times; the best (shortest) run of each counts, which filters out other processes on a
+shared machine.
 
 Needs vllm (`make test-vllm` builds .venv-vllm):
-`DPICL_CACHE=.cache/dpicl .venv-vllm/bin/python benchmarks/backends.py [--queries 8] [--tokens 64] [--repeat 3]`.
+`DPICL_CACHE=.cache/dpicl .venv-vllm/bin/python benchmarks/backends.py [--queries 8] [--threads 1] [--repeat 2]`.
 """
 
 from __future__ import annotations
@@ -18,83 +25,105 @@ import argparse
 import json
 import random
 import time
+from dataclasses import dataclass
 
-from dpicl.config import load_config
+from dpicl.config import Config, load_config
 from dpicl.demo.run import data_file
 from dpicl.inference import load_backend
 from dpicl.inference.base import GenerationParams
 from dpicl.prompts import render_prompt, zero_shot_prompt
 
 
-def demo_prompts(queries: int, seed: int = 0) -> list[str]:
-    """Teacher and zero-shot prompts of the first `queries` backlog queries, as the demo's ESA run builds them."""
-    cfg = load_config("demo")
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    prompts: list[str]
+    params: GenerationParams
+
+
+def demo_workloads(cfg: Config, queries: int, tokens: int, seed: int = 0) -> list[Workload]:
+    """ESA's generation calls in the demo for the first `queries` backlog queries, and the two explanatory ones."""
     fields = {s.kind: s.fields for s in cfg.data}
 
-    def rows(name: str, kind: str) -> list[dict]:
+    def rows(name: str) -> list[dict]:
         return [json.loads(line) for line in data_file(name).read_text(encoding="utf-8").splitlines()]
 
-    private = rows("private_tickets.jsonl", "private")
-    backlog = rows("backlog.jsonl", "queries")[:queries]
+    private, backlog = rows("private_tickets.jsonl"), rows("backlog.jsonl")[:queries]
     pf, qf = fields["private"], fields["queries"]
+    method, gen = cfg.method, cfg.generation
     rng = random.Random(seed)  # benchmark mode: a fixed draw stands in for the per-query Poisson sample
-    prompts = []
-    for query in backlog:
-        for _ in range(cfg.method.teachers):
-            demos = [(r[pf.input], r[pf.output]) for r in rng.sample(private, cfg.method.shots)]
-            prompts.append(render_prompt(cfg.task, demos, query[qf.input]))
-        prompts.append(zero_shot_prompt(cfg.task, query[qf.input]))
-    return prompts
+    teachers = [render_prompt(cfg.task, [(r[pf.input], r[pf.output]) for r in rng.sample(private, method.shots)],
+                              query[qf.input])
+                for query in backlog for _ in range(method.teachers)]
+    candidates = [zero_shot_prompt(cfg.task, query[qf.input]) for query in backlog for _ in range(method.candidates)]
+    stop = tuple(gen.stop)
+    return [
+        Workload(f"teachers (greedy, {gen.max_new_tokens} tok, stop)", teachers,
+                 GenerationParams(max_new_tokens=gen.max_new_tokens, stop=stop)),
+        Workload(f"candidates (sampled, {gen.max_new_tokens} tok, stop)", candidates,
+                 GenerationParams(max_new_tokens=gen.max_new_tokens, temperature=method.candidate_temperature,
+                                  top_p=method.candidate_top_p, stop=stop)),
+        Workload("teachers, prefill only (1 tok)", teachers, GenerationParams(max_new_tokens=1)),
+        Workload(f"teachers, no stop (greedy, {tokens} tok)", teachers, GenerationParams(max_new_tokens=tokens)),
+    ]
 
 
-def measure(backend, prompts: list[str], params: GenerationParams, count) -> tuple[float, int, list[str]]:
+def measure(backend, workload: Workload) -> tuple[float, list[str]]:
     if backend.name == "vllm":
-        # Every workload starts cold: prompts kept from an earlier workload would skip their prefill (the pipeline's
-        # teacher prompts are new for every query).
         backend.llm.reset_prefix_cache()
     start = time.perf_counter()
-    outputs = backend.generate(prompts, params)
-    seconds = time.perf_counter() - start
-    return seconds, sum(count(outputs)), outputs
+    outputs = backend.generate(workload.prompts, workload.params)
+    return time.perf_counter() - start, outputs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--queries", type=int, default=8, help="backlog queries (prompts: queries x (teachers+1))")
+    parser.add_argument("--queries", type=int, default=8, help="backlog queries at once (the demo's batch_queries)")
     parser.add_argument("--tokens", type=int, default=64, help="new tokens per prompt of the no-stop workload")
-    parser.add_argument("--batch-size", type=int, default=16, help="hf micro-batch size (the demo's)")
-    parser.add_argument("--repeat", type=int, default=3, help="alternating runs per backend; the best counts")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads of each backend")
+    parser.add_argument("--repeat", type=int, default=2, help="alternating runs per backend; the best counts")
     args = parser.parse_args()
     cfg = load_config("demo")
-    prompts = demo_prompts(args.queries)
-    workloads = {
-        f"demo (greedy, {cfg.generation.max_new_tokens} tok, stop)": GenerationParams(
-            max_new_tokens=cfg.generation.max_new_tokens, stop=tuple(cfg.generation.stop)),
-        f"no stop (greedy, {args.tokens} tok)": GenerationParams(max_new_tokens=args.tokens),
-    }
-    hf = load_backend("hf", model=cfg.model.llm, device="cpu", dtype="float32", threads=1, batch_size=args.batch_size)
-    vllm = load_backend("vllm", model=cfg.model.llm, device="cpu", dtype="float32")
+    workloads = demo_workloads(cfg, args.queries, args.tokens)
+    common = dict(model=cfg.model.llm, device="cpu", dtype="float32", threads=args.threads)
+    hf = load_backend("hf", batch_size=cfg.model.batch_size, **common)
+    vllm = load_backend("vllm", **common)
+    backends = (hf, vllm)
     count = hf.count_tokens
-    print(f"{len(prompts)} prompts ({args.queries} queries x {cfg.method.teachers} teachers x {cfg.method.shots} "
-          f"shots + zero-shot), {sum(count(prompts))} prompt tokens; SmolLM2-135M fp32, CPU, 1 thread each")
-    for backend in (hf, vllm):  # warm-up (first-call allocations, kernels)
-        backend.generate(prompts[:2], GenerationParams(max_new_tokens=4))
-    print(f"{'workload':<32} {'backend':<6} {'best s':>7} {'runs s':>17} {'tokens':>7} {'tok/s':>7} {'prompts/s':>9}")
-    for name, params in workloads.items():
-        runs: dict[str, list[tuple[float, int, list[str]]]] = {"hf": [], "vllm": []}
+    print(f"{args.queries} queries: {len(workloads[0].prompts)} teacher prompts ({cfg.method.teachers} per query, "
+          f"{cfg.method.shots} shot, {sum(count(workloads[0].prompts))} tokens), {len(workloads[1].prompts)} "
+          f"candidate prompts ({sum(count(workloads[1].prompts))} tokens); {cfg.model.llm} fp32, CPU, "
+          f"{args.threads} thread(s) each, hf micro-batch {cfg.model.batch_size}")
+    for backend in backends:  # warm-up (first-call allocations, kernels)
+        backend.generate(workloads[0].prompts[:2], GenerationParams(max_new_tokens=4))
+    print(f"{'workload':<40} {'backend':<6} {'best s':>7} {'runs s':>11} {'tokens':>7} {'tok/s':>7} {'vllm/hf':>8}")
+    total = {b.name: [0.0, 0] for b in backends}
+    for index, workload in enumerate(workloads):
+        runs = {b.name: [] for b in backends}
         for _ in range(args.repeat):
-            for backend in (hf, vllm):
-                runs[backend.name].append(measure(backend, prompts, params, count))
-        best = {}
-        for backend in (hf, vllm):
-            seconds, tokens, outputs = min(runs[backend.name], key=lambda run: run[0])
-            best[backend.name] = (seconds, tokens, outputs)
+            for backend in backends:
+                runs[backend.name].append(measure(backend, workload))
+        rate = {}
+        for backend in backends:
+            seconds, outputs = min(runs[backend.name], key=lambda run: run[0])
+            tokens = sum(count(outputs))
+            rate[backend.name] = tokens / seconds
+            if index < 2:  # the demo's own calls
+                total[backend.name][0] += seconds
+                total[backend.name][1] += tokens
             every = ",".join(f"{run[0]:.0f}" for run in runs[backend.name])
-            print(f"{name:<32} {backend.name:<6} {seconds:>7.1f} {every:>17} {tokens:>7} {tokens / seconds:>7.1f} "
-                  f"{len(prompts) / seconds:>9.2f}")
-        (hs, ht, ho), (vs, vt, vo) = best["hf"], best["vllm"]
-        same = sum(a == b for a, b in zip(ho, vo, strict=True))
-        print(f"{name:<32} vllm/hf throughput ratio {(vt / vs) / (ht / hs):.2f}x; identical answers {same}/{len(ho)}")
+            ratio = f"{rate['vllm'] / rate['hf']:.2f}x" if backend is vllm else ""
+            print(f"{workload.name:<40} {backend.name:<6} {seconds:>7.1f} {every:>11} {tokens:>7} "
+                  f"{rate[backend.name]:>7.1f} {ratio:>8}")
+        if workload.params.greedy:
+            best = {name: min(r, key=lambda run: run[0])[1] for name, r in runs.items()}
+            same = sum(a == b for a, b in zip(best["hf"], best["vllm"], strict=True))
+            print(f"{'':<40} identical greedy answers {same}/{len(best['hf'])}")
+        if index == 1:
+            name = "demo workload (teachers + candidates)"
+            (hs, ht), (vs, vt) = total["hf"], total["vllm"]
+            print(f"{name:<40} {'hf':<6} {hs:>7.1f} {'':>11} {ht:>7} {ht / hs:>7.1f}")
+            print(f"{name:<40} {'vllm':<6} {vs:>7.1f} {'':>11} {vt:>7} {vt / vs:>7.1f} {(vt / vs) / (ht / hs):>7.2f}x")
     vllm.close()
     hf.close()
 

@@ -101,9 +101,25 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+# Run in the server's process before it execs Prefect: on Linux the server gets SIGTERM when the thread that
+# started it dies, so a `dpicl serve` killed with SIGKILL (or by the OOM killer) leaves no server behind. A
+# parent-death signal survives exec; a parent already gone before it was set is checked for by pid.
+_STOP_WITH_PARENT = """
+import ctypes, os, signal, sys
+if sys.platform == "linux":
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[1]):
+    sys.exit("dpicl serve exited before its Prefect server started")
+os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
+"""
+
+
 def start_server(host: str, port: int, prefect_home: Path,
                  health_timeout: float = HEALTH_TIMEOUT_SECONDS) -> LocalServer:
-    """Start a Prefect server bound to host:port and wait until its health endpoint answers."""
+    """Start a Prefect server bound to host:port and wait until its health endpoint answers.
+
+    The server stops with the calling thread (Linux): call this from a thread that outlives the server's use.
+    """
     import httpx
 
     if port_in_use(host, port):
@@ -116,7 +132,8 @@ def start_server(host: str, port: int, prefect_home: Path,
     log_handle = open(log_path, "ab")
     env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_HOME": str(prefect_home)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)],
+        [sys.executable, "-c", _STOP_WITH_PARENT, str(os.getpid()),
+         "-m", "prefect", "server", "start", "--host", host, "--port", str(port)],
         env=env, stdout=log_handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         start_new_session=True,  # Ctrl-C reaches us only; we stop the server after the runner
     )

@@ -8,6 +8,7 @@ tests/pipeline/fake_models_site/sitecustomize.py.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -45,6 +46,46 @@ def prefect_server(tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+_KEEP_A_SERVER = """
+import sys, time
+from pathlib import Path
+from dpicl.serve import start_server
+server = start_server("127.0.0.1", int(sys.argv[1]), Path(sys.argv[2]))
+print(server.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux only")
+def test_a_server_started_by_a_process_killed_with_sigkill_stops_too(tmp_path):
+    port = free_port()
+    owner = subprocess.Popen([sys.executable, "-c", _KEEP_A_SERVER, str(port), str(tmp_path / "home")],
+                             env=child_env(tmp_path / "home"), stdout=subprocess.PIPE, text=True)
+    try:
+        server_pid = int(owner.stdout.readline())
+        health = f"http://127.0.0.1:{port}/api/health"
+        assert httpx.get(health, timeout=5).status_code == 200
+        owner.kill()  # SIGKILL: no handler of ours runs
+        owner.wait(timeout=10)
+
+        def server_gone() -> bool:
+            try:
+                os.kill(server_pid, 0)
+            except ProcessLookupError:
+                return True
+            return False
+
+        wait_for(server_gone, timeout=60, interval=0.5, what="the orphaned Prefect server to exit")
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(health, timeout=2)
+    finally:
+        owner.kill()
+        try:
+            os.killpg(server_pid, signal.SIGKILL)
+        except (ProcessLookupError, UnboundLocalError, PermissionError):
+            pass
 
 
 def _client(api_url: str):

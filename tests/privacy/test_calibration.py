@@ -1,8 +1,11 @@
-"""Noise calibration against the MECHANISMS §11.1 vectors, certification, and max_additional."""
+"""Noise calibration against the MECHANISMS §11.1 vectors, certification, the stored search, and max_additional."""
+
+import json
 
 import pytest
 
 from dpicl.privacy.accounting import (
+    AutoAccountant,
     PRVAccountant,
     SubsampledGaussianEvent,
     calibrate_noise_multiplier,
@@ -20,15 +23,24 @@ def bound(nm, q, T, delta, accountant=None):
     return (accountant or PRVAccountant()).epsilon([SubsampledGaussianEvent(nm, q, 1.0)] * T, delta)
 
 
+@pytest.fixture
+def fresh_search(tmp_path, monkeypatch):
+    """An empty on-disk store and in-memory cache: find_noise_multiplier really searches (as in a new process)."""
+    monkeypatch.setenv("DPICL_CACHE", str(tmp_path))
+    find_noise_multiplier.cache_clear()
+    yield tmp_path / "calibration"
+    find_noise_multiplier.cache_clear()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("eps,expected", SAMSUM)
-def test_find_noise_multiplier_samsum(eps, expected):
+def test_find_noise_multiplier_samsum(eps, expected, fresh_search):
     assert find_noise_multiplier(SAMSUM_Q, 100, eps, SAMSUM_DELTA) == pytest.approx(expected, rel=1e-3)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("eps,expected", DOCVQA)
-def test_find_noise_multiplier_docvqa(eps, expected):
+def test_find_noise_multiplier_docvqa(eps, expected, fresh_search):
     assert find_noise_multiplier(DOCVQA_Q, 100, eps, DOCVQA_DELTA) == pytest.approx(expected, rel=1e-3)
 
 
@@ -105,3 +117,45 @@ def test_max_additional_search_matches_brute_force(f, limit, n_spent):
     got = max_additional([new] * n_spent, new, limit, 1e-5, accountant=acc, upper=upper)
     fitting = [k for k in range(upper + 1) if f(n_spent + k) <= limit]
     assert got == (max(fitting) if fitting else 0)
+
+
+SMALL = (0.05, 10, 2.0, 1e-5)  # q, T, ε, δ: a search of a second or two
+
+
+def test_the_search_is_stored_on_disk_and_not_repeated_by_a_new_process(fresh_search, monkeypatch):
+    from dpicl.privacy.accounting import calibration
+
+    calls = []
+    search = calibration._prv_find_noise_multiplier
+    monkeypatch.setattr(calibration, "_prv_find_noise_multiplier", lambda **kw: calls.append(kw) or search(**kw))
+    first = find_noise_multiplier(*SMALL)
+    find_noise_multiplier.cache_clear()  # as a new process would start
+    assert find_noise_multiplier(*SMALL) == first and len(calls) == 1
+    q, T, eps, delta = SMALL
+    assert find_noise_multiplier(q, T + 1, eps, delta) != first and len(calls) == 2  # other arguments: a search
+    assert len(list(fresh_search.glob("*.json"))) == 2
+    assert not list(fresh_search.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("damage", ["too little noise", "not json", "negative", "other arguments"])
+def test_a_damaged_store_never_gives_an_uncertified_noise_multiplier(fresh_search, damage):
+    q, T, eps, delta = SMALL
+    searched = find_noise_multiplier(*SMALL)
+    [path] = fresh_search.glob("*.json")
+    stored = json.loads(path.read_text())
+    if damage == "too little noise":
+        stored["value"] = searched * 0.97
+    elif damage == "negative":
+        stored["value"] = -1.0
+    elif damage == "other arguments":
+        stored["key"]["num_steps"] = repr(T + 1)
+        stored["value"] = searched * 0.5
+    path.write_text("{not json" if damage == "not json" else json.dumps(stored))
+    find_noise_multiplier.cache_clear()
+    hint = find_noise_multiplier(*SMALL)
+    assert hint == (searched * 0.97 if damage == "too little noise" else searched)  # the others are searched again
+    if damage == "too little noise":
+        assert bound(hint, q, T, delta, AutoAccountant()) > eps  # premise: the stored value is not private enough
+    nm = calibrate_noise_multiplier(*SMALL)
+    # the accountant certifies what calibration returns, whatever the store held
+    assert bound(nm, q, T, delta, AutoAccountant()) <= eps

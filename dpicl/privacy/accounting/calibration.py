@@ -9,31 +9,62 @@ a budget planned for T queries then pays for T queries.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import math
+import os
+import tempfile
 from collections.abc import Sequence
+from importlib.metadata import version
 
 from prv_accountant.dpsgd import find_noise_multiplier as _prv_find_noise_multiplier
 
-from .events import PrivacyEvent, SubsampledGaussianEvent
 from .auto import AutoAccountant
+from .events import PrivacyEvent, SubsampledGaussianEvent
 
 # Relative precision of the certified noise multiplier (0.01 %), far inside the 0.5 % allowance.
 _REL_TOL = 1e-4
 
 
-@functools.lru_cache(maxsize=256)  # pure and slow (tens of seconds): plans and tests ask twice
+@functools.lru_cache(maxsize=256)  # pure and slow (seconds to a minute): plans and tests ask twice
 def find_noise_multiplier(sampling_rate: float, queries: int, epsilon: float, delta: float) -> float:
-    """The papers' call: nm (noise std per unit sensitivity) for T Poisson-subsampled Gaussian queries."""
-    return float(
-        _prv_find_noise_multiplier(
-            sampling_probability=sampling_rate,
-            num_steps=queries,
-            target_epsilon=epsilon,
-            target_delta=delta,
-            eps_error=0.01,
-            mu_max=100,
-        )
-    )
+    """The papers' call: nm (noise std per unit sensitivity) for T Poisson-subsampled Gaussian queries.
+
+    Also kept on disk (:func:`_stored_search`), so each new process — every scheduled flow run, every
+    `dpicl plan` — does not search again. Its value is only where calibration starts:
+    :func:`calibrate_noise_multiplier` certifies whatever it returns with the accountant.
+    """
+    arguments = dict(sampling_probability=sampling_rate, num_steps=queries, target_epsilon=epsilon,
+                     target_delta=delta, eps_error=0.01, mu_max=100)
+    return _stored_search(arguments, lambda: float(_prv_find_noise_multiplier(**arguments)))
+
+
+def _stored_search(arguments: dict, search) -> float:
+    """`search()`, stored under `$DPICL_CACHE/calibration`, keyed by its arguments and prv-accountant's version.
+
+    The arguments are public (sampling rate, T, ε, δ); a file that does not hold a finite positive number for
+    exactly these arguments is ignored and written again (atomically: a temporary file, then a rename).
+    """
+    from dpicl.inference.models import cache_dir
+
+    key = {**{k: repr(v) for k, v in arguments.items()}, "prv_accountant": version("prv-accountant")}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    path = cache_dir() / "calibration" / f"find_noise_multiplier-{digest}.json"
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if stored["key"] == key and math.isfinite(stored["value"]) and stored["value"] > 0:
+            return float(stored["value"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    value = search()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as f:
+            json.dump({"key": key, "value": value}, f)
+        os.replace(f.name, path)
+    except OSError:  # a read-only cache only costs the search next time
+        pass
+    return value
 
 
 def _epsilon_for(accountant, noise_multiplier: float, sampling_rate: float, queries: int, delta: float) -> float:

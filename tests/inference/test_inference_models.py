@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dpicl.inference import ModelNotAvailableError
-from dpicl.inference import models
+from dpicl.inference import ModelNotAvailableError, models
 
 
 def _hide_package(monkeypatch, package):

@@ -9,19 +9,10 @@ import pytest
 
 from dpicl.inference import Backend, GenerationParams
 from dpicl.inference.base import LabelScorer, TokenScorer, postprocess, require, supports
+from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.model]
 
-SHORT = "The capital of France is"
-MEDIUM = (
-    "Dialogue:\nAnna: Are we still meeting at five?\nBen: Yes, at the cafe.\nSummarize the above dialogue:"
-)
-LONG = (
-    "Dialogue:\nTom: I lost my keys again.\nMia: Did you check the kitchen drawer?\nTom: Yes, and the car.\n"
-    "Mia: Maybe you left them at the office yesterday evening.\nTom: I will call the front desk.\n"
-    "Summarize the above dialogue:"
-)
-LIST = "Here is a list of fruits:\n1. Apple\n2."
 PROMPTS = [MEDIUM, SHORT, LONG, LIST]
 CONTINUATION = " They will meet at the cafe at five and talk"
 SENTIMENT = [" positive", " negative"]

@@ -77,9 +77,13 @@ def ingest(
         "--subset", help="BUCKETS:KEEP[,KEEP...]: only the rows hashed into these buckets, e.g. 3:0,1 "
                          "(and 3:2 for the disjoint rest)")] = None,
     subset_salt: Annotated[str | None, typer.Option(help="salt of the --subset hash")] = None,
+    distinct_from_existing: Annotated[bool, typer.Option(
+        "--distinct-from-existing", help="the file repeats registered data but is about a different population "
+                                         "(recorded with the dataset)")] = False,
     db: DbOption = None,
 ) -> None:
-    """Ingest a private or public dataset, or a backlog of queries; all rows or none."""
+    """Ingest a private or public dataset, or a backlog of queries; all rows or none. Data that repeats a
+    registered private dataset (or, ingested as private, a public one) is refused unless --distinct-from-existing."""
     from dpicl.config import ConfigError, DataSource, load_config
     from dpicl.storage.ingest import IngestError, ingest_source
 
@@ -90,11 +94,16 @@ def ingest(
             _fail(str(err))
         if not sources:
             _fail(f"config {config!r} lists no files under `data:`")
+        if distinct_from_existing:
+            _fail("--distinct-from-existing applies to one file; with --config, set distinct_from_existing: true "
+                  "on that file's entry under `data:`")
     else:
         if path is None or name is None:
             _fail("give a file and --name (or --config with a `data:` section)")
         if kind not in {"private", "public", "queries"}:
             _fail(f"--as must be private, public or queries (got {kind!r})")
+        if distinct_from_existing and kind == "queries":
+            _fail("--distinct-from-existing applies to datasets; backlogs (--as queries) are not compared")
         fields = _parse_fields(field)
         if kind == "queries":
             fields.setdefault("output", None)
@@ -117,7 +126,7 @@ def ingest(
         try:
             sources = [DataSource(name=name, path=str(path), kind=kind, task=task, fields=fields, format=format,
                                   pattern=pattern, header=header, labels=labels or None, skip_empty=skip_empty,
-                                  subset=part)]
+                                  subset=part, distinct_from_existing=distinct_from_existing)]
         except ValueError as err:  # pydantic's ValidationError, e.g. an unknown --format
             _fail(f"invalid ingest options: {err}")
     con = _connect(db)

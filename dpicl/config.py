@@ -350,6 +350,9 @@ class DataSource(_Strict):
     skip_empty: bool = False
     # ingest only a deterministic part of the file (see Subset)
     subset: Subset | None = None
+    # a dataset whose content repeats registered private data (or, private, public data) is refused; true declares
+    # it is about a different population, and is recorded with the dataset (dpicl/storage/ingest.py)
+    distinct_from_existing: bool = False
 
 
 class SyntheticConfig(_Strict):

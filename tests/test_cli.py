@@ -160,6 +160,43 @@ def test_ingest_from_the_data_section_of_a_config(tmp_path):
     con.close()
 
 
+def test_ingest_refuses_registered_private_data_again_unless_declared_distinct(tmp_path):
+    import yaml
+
+    db = tmp_path / "twice.duckdb"
+    data = _write(tmp_path / "d.jsonl", [{"id": f"r{i}", "input": f"secret-note-{i}", "output": f"s {i}"}
+                                         for i in range(6)])
+    base = ["ingest", str(data), "--db", str(db)]
+    assert runner.invoke(app, [*base, "--name", "notes"]).exit_code == 0
+    assert runner.invoke(app, ["budget", "open", "notes", "--epsilon", "1", "--delta", "1e-5",
+                               "--db", str(db)]).exit_code == 0
+    for extra in (["--name", "notes-2"], ["--name", "notes-pub", "--as", "public"]):
+        result = runner.invoke(app, [*base, *extra])
+        flat = " ".join(result.output.split())
+        assert result.exit_code == 2 and "private dataset 'notes'" in flat and "6 of its 6 records" in flat
+        assert "--distinct-from-existing" in flat and "secret-note" not in result.output
+    # a replace as public would leave the budget on public data
+    result = runner.invoke(app, [*base, "--name", "notes", "--as", "public", "--replace"])
+    assert result.exit_code == 2 and "has a privacy budget" in " ".join(result.output.split())
+    shown = _json(runner.invoke(app, ["budget", "show", "notes", "--db", str(db), "--json"]))
+    assert shown["epsilon_limit"] == 1 and shown["ledger_entries"] == 0
+    # declared a different population: accepted and recorded
+    assert runner.invoke(app, [*base, "--name", "cohort-b", "--distinct-from-existing"]).exit_code == 0
+    # in a config, per data source (the flag with --config is refused: it would apply to every file)
+    config = tmp_path / "c.yaml"
+    source = {"name": "cohort-c", "kind": "private", "path": "d.jsonl", "distinct_from_existing": True}
+    config.write_text(yaml.safe_dump({"name": "c", "private_dataset": "cohort-c", "backlog": "q", "data": [source]}))
+    result = runner.invoke(app, ["ingest", "--config", str(config), "--db", str(db), "--distinct-from-existing"])
+    assert result.exit_code == 2 and "distinct_from_existing: true" in result.output
+    assert runner.invoke(app, ["ingest", "--config", str(config), "--db", str(db)]).exit_code == 0
+    from dpicl.storage.db import connect
+
+    con = connect(db, read_only=True)
+    maps = dict(con.execute("SELECT name, field_map->>'distinct_from_existing' FROM datasets").fetchall())
+    con.close()
+    assert maps == {"notes": None, "cohort-b": '["notes"]', "cohort-c": '["cohort-b","notes"]'}
+
+
 def test_ingest_a_line_format_with_labels_from_the_command_line(tmp_path):
     db = tmp_path / "lines.duckdb"
     data = tmp_path / "sst.txt"

@@ -21,9 +21,20 @@ record gets). Sources over the same file with the same buckets and salt and disj
 2:1 private/public split: keep [0, 1] and keep [2] of 3 buckets. The hash is computed by DuckDB (`subset_bucket`
 is the same in Python).
 
+The content of a private dataset backs one privacy budget only. A dataset (private or public) is refused when it
+repeats a registered private dataset, and a private one also when it repeats a public dataset: the same file
+(`source_sha256`; two `subset`s of one file with the same ids, buckets and salt and no bucket in common do not
+count), or any record with the same content (`record_hashes`: SHA-256 of the input and output, never the id, so a
+reordered, re-keyed or partly changed copy is caught). `distinct_from_existing` declares that the file is about a
+different population; it is recorded in the dataset's `field_map` with the datasets it overlapped. A replace may
+not turn a dataset with a budget into public data, nor replace one with ledger entries at all. Backlogs (queries)
+are not compared.
+
 Everything is validated before anything is written, and each ingest is one transaction: a file is ingested
 whole or not at all. Records and queries are private text: an `IngestError` says what is wrong, where (file,
-row, field) and how to fix it, and never contains a value from the file.
+row, field) and how to fix it, and never contains a value from the file. Column names read from the file (JSON
+keys, a CSV header, Parquet columns) are data too; only the names the user mapped or the pattern's groups are
+quoted.
 """
 
 from __future__ import annotations
@@ -147,7 +158,7 @@ def ingest_dataset(con: duckdb.DuckDBPyConnection, path: str | Path, name: str,
                    kind: Literal["private", "public"], task: str, fields: FieldMap, *,
                    replace: bool = False, format: Format | None = None, pattern: str | None = None,
                    header: bool = True, labels: dict[str, str] | None = None,
-                   skip_empty: bool = False, subset=None) -> IngestReport:
+                   skip_empty: bool = False, subset=None, distinct_from_existing: bool = False) -> IngestReport:
     """Ingest a demonstration dataset into `datasets` and `records`, with a fresh teacher key.
 
     `skip_empty`: rows whose input or output is missing or empty are left out (and counted in the report)
@@ -156,6 +167,8 @@ def ingest_dataset(con: duckdb.DuckDBPyConnection, path: str | Path, name: str,
 
     `format`, `pattern`, `header`, `labels` and `subset` say how to read the file (module docstring); the ones
     given are recorded in the dataset's `field_map` beside the field mapping.
+
+    A file that repeats registered data is refused unless `distinct_from_existing` (module docstring).
     """
     if kind not in ("private", "public"):
         raise ValueError(f"kind must be 'private' or 'public', not {kind!r}")
@@ -168,19 +181,22 @@ def ingest_dataset(con: duckdb.DuckDBPyConnection, path: str | Path, name: str,
             raise IngestError(path, f"a dataset named '{name}' already exists; ingest under another name, "
                                     "or replace it (--replace)")
         if existing:
-            spent = con.execute("SELECT count(*) FROM ledger WHERE dataset = ?", [name]).fetchone()[0]
-            if spent:
-                raise IngestError(path, f"dataset '{name}' has {spent} privacy ledger entries and cannot be "
-                                        "replaced (its spent budget stays tied to the records it was spent on); "
-                                        "ingest the new data under another name")
+            _check_replaceable(con, path, name, existing[0], kind)
         source = _Source.read(con, path, options)
         stage = source.stage(roles, skip_empty=skip_empty)
         source.keep_subset(options.subset, f"dataset '{name}'")
         n = con.execute(f"SELECT count(*) FROM {stage}").fetchone()[0]
-        field_map = json.dumps(asdict(fields) | options.recorded())
+        recorded = asdict(fields) | options.recorded()
+        repeated, in_common = _registered_repeats(con, name, kind, source.sha256, recorded, stage)
+        if repeated and not distinct_from_existing:
+            raise IngestError(path, _repeats_message(name, kind, repeated, in_common, n))
+        if distinct_from_existing:  # the user's declaration, kept with what it overrode
+            recorded["distinct_from_existing"] = sorted(repeated)
+        field_map = json.dumps(recorded)
         row = [kind, task, str(path.resolve()), source.sha256, field_map, n, secrets.token_bytes(32)]
         if existing:
             con.execute("DELETE FROM records WHERE dataset = ?", [name])
+            con.execute("DELETE FROM record_hashes WHERE dataset = ?", [name])
             con.execute("UPDATE datasets SET kind = ?, task = ?, source_path = ?, source_sha256 = ?, "
                         "field_map = ?, n_records = ?, teacher_key = ?, created_at = current_timestamp "
                         "WHERE name = ?", [*row, name])
@@ -306,6 +322,79 @@ def _pattern_groups(path: Path, pattern: str) -> tuple[str | None, ...]:
 
 def _insert_records(con: duckdb.DuckDBPyConnection, name: str, stage: str) -> None:
     con.execute(f"INSERT INTO records SELECT ?, id, row_no, input, output FROM {stage} ORDER BY row_no", [name])
+    con.execute(f"INSERT INTO record_hashes SELECT ?, id, dpicl_record_sha256(input, output) FROM {stage}", [name])
+
+
+def _check_replaceable(con: duckdb.DuckDBPyConnection, path: Path, name: str, old_kind: str, kind: str) -> None:
+    """Refuse a replace that would detach privacy accounting from the data it was opened for."""
+    spent = con.execute("SELECT count(*) FROM ledger WHERE dataset = ?", [name]).fetchone()[0]
+    if spent:
+        raise IngestError(path, f"dataset '{name}' has {spent} privacy ledger entries and cannot be "
+                                "replaced (its spent budget stays tied to the records it was spent on); "
+                                "ingest the new data under another name")
+    budget = con.execute("SELECT count(*) FROM budgets WHERE dataset = ?", [name]).fetchone()[0]
+    if budget and kind != old_kind:
+        raise IngestError(path, f"dataset '{name}' has a privacy budget and cannot be replaced by a {kind} "
+                                f"dataset (the budget would be left without its {old_kind} data); ingest the "
+                                f"{kind} data under another name")
+
+
+# The read options that decide a record's id, hence its subset bucket (`_disjoint_parts`).
+_ID_OPTIONS = ("id", "format", "pattern", "header")
+
+
+def _disjoint_parts(mine: dict, theirs: dict) -> bool:
+    """Whether two ingests of one file (their recorded field maps) took disjoint subsets: the same ids, buckets
+    and salt, and no bucket in common."""
+    a, b = mine.get("subset"), theirs.get("subset")
+    if not a or not b or (a["buckets"], a["salt"]) != (b["buckets"], b["salt"]):
+        return False
+    if any(mine.get(key) != theirs.get(key) for key in _ID_OPTIONS):
+        return False
+    return not set(a["keep"]) & set(b["keep"])
+
+
+def _registered_repeats(con: duckdb.DuckDBPyConnection, name: str, kind: str, sha256: str, recorded: dict,
+                        stage: str) -> tuple[dict[str, tuple[str, bool, int]], int]:
+    """The other datasets whose content the staged one repeats, as {name: (kind, same file, records in common)},
+    and how many staged records repeat any of them. A private dataset is compared with the private and public
+    ones, a public dataset with the private ones (public data may repeat public data)."""
+    kinds = ["private", "public"] if kind == "private" else ["private"]
+    repeated: dict[str, tuple[str, bool, int]] = {}
+    same_file = con.execute("SELECT name, kind, field_map FROM datasets WHERE source_sha256 = ? AND name <> ? "
+                            "AND list_contains(?, kind) ORDER BY name", [sha256, name, kinds]).fetchall()
+    for other, other_kind, field_map in same_file:
+        if not _disjoint_parts(recorded, json.loads(field_map)):
+            repeated[other] = (other_kind, True, 0)
+    # the other datasets' records whose content any staged record has (ids play no part)
+    common = (f"SELECT s.row_no, d.name, d.kind FROM {stage} s JOIN record_hashes h "
+              "ON h.content_sha256 = dpicl_record_sha256(s.input, s.output) JOIN datasets d ON d.name = h.dataset "
+              "WHERE d.name <> ? AND list_contains(?, d.kind)")
+    per_dataset = con.execute(f"SELECT name, kind, count(DISTINCT row_no) FROM ({common}) GROUP BY name, kind",
+                              [name, kinds]).fetchall()
+    for other, other_kind, count in per_dataset:
+        repeated[other] = (other_kind, other in repeated, count)
+    in_common = con.execute(f"SELECT count(DISTINCT row_no) FROM ({common})", [name, kinds]).fetchone()[0]
+    return repeated, in_common
+
+
+def _repeats_message(name: str, kind: str, repeated: dict[str, tuple[str, bool, int]], in_common: int,
+                     n: int) -> str:
+    """Why a dataset that repeats registered data is refused: dataset names and counts only, never a value."""
+    same_file = [f"{k} dataset '{other}'" for other, (k, same, _) in sorted(repeated.items()) if same]
+    shared = [f"{k} dataset '{other}' ({count})" for other, (k, _, count) in sorted(repeated.items()) if count]
+    found = []
+    if same_file:
+        found.append(f"it is the same file as {', '.join(same_file)}")
+    if shared:
+        found.append(f"{in_common} of its {n} records have the same content (input and output) as records of "
+                     f"{', '.join(shared)}")
+    return (f"{kind} dataset '{name}' repeats data that is already registered: {'; '.join(found)}. The content of "
+            "a private dataset backs one privacy budget only; registered again, under another name or as public "
+            "data, it could be used without being paid for from that budget. Ingest only data that is not "
+            "registered yet; or, if this file is about a different population whose records merely look the "
+            "same, declare it with --distinct-from-existing (distinct_from_existing: true on the config's data "
+            "source), which is recorded with the dataset")
 
 
 class _Source:
@@ -380,10 +469,10 @@ class _Source:
             header = [name or f"column{i}" for i, name in enumerate(first, 1)]
         else:  # the first record only tells how many columns there are
             header = [f"column{i}" for i in range(1, len(first) + 1)]
-        twice = sorted({name for name in header if header.count(name) > 1})
-        if twice:
-            raise self.error(f"the header names column(s) {', '.join(twice)} more than once; "
-                             "rename them so every column has its own name", line=1)
+        twice = [str(i) for i, name in enumerate(header, 1) if header.count(name) > 1]
+        if twice:  # positions, not names: the header is part of the file
+            raise self.error(f"the header gives columns {', '.join(twice)} the same name; rename them so every "
+                             "column has its own name", line=1)
         if not header:
             raise self.error("the first line has no columns; remove the blank line", line=1)
         try:
@@ -461,8 +550,9 @@ class _Source:
         selects = ["_dpicl_row AS row_no"]
         for role, (column, _) in roles.items():
             if column is not None and column not in self.columns:
-                raise self.error(f"not found in the file; its columns are {', '.join(self.columns) or '(none)'}; "
-                                 f"map the field with --field {role}=<column>", field=column, role=role)
+                raise self.error(f"not found in the file; {self._column_names()}; map the field with "
+                                 f"--field {role}=<column> (the name must match exactly, case included)",
+                                 field=column, role=role)
             selects += self._select(role, column, numbers_ok=labels is not None and role in _LABEL_ROLES)
         self.con.execute(f"CREATE TEMP TABLE {self.stage_table} AS SELECT {', '.join(selects)} FROM {self.src} "
                          "ORDER BY _dpicl_row")
@@ -486,6 +576,13 @@ class _Source:
             raise self.error(f"repeats the id of {label} {dup[1]}; ids must be unique, fix or remove one of "
                              "the rows", row=dup[0], field=roles["id"][0], role="id")
         return self.stage_table
+
+    def _column_names(self) -> str:
+        """The file's columns for an error: named only when the user chose the names (a pattern's groups, or
+        column1.. of a CSV without header); names read from the file (JSON keys, header, Parquet) are data."""
+        if self.fmt == "lines" or not self.options.header:
+            return f"its columns are {', '.join(self.columns) or '(none)'}"
+        return f"it has {len(self.columns)} column(s), not listed here because their names come from the file"
 
     def keep_subset(self, subset: SubsetSpec | None, what: str) -> None:
         """Delete the staged rows outside `subset` (module docstring; the key is the staged id, so a record's id
@@ -527,7 +624,7 @@ class _Source:
         bad = self.con.execute(f"SELECT row_no, {role}_type FROM {self.stage_table} WHERE NOT {role}_ok "
                                "ORDER BY row_no LIMIT 1").fetchone()
         if bad:
-            found = _TYPE_WORDS.get(bad[1], f"of type {bad[1]}")
+            found = _type_words(bad[1])
             numbers_ok = role == "id" or (self.options.labels is not None and role in _LABEL_ROLES)
             allowed = "text or a number" if numbers_ok else "text"
             raise self.error(f"is {found}, but it must be {allowed}; write it as a string, "
@@ -561,6 +658,17 @@ class _Source:
         self.con.execute(f"DROP TABLE IF EXISTS {self.stage_table}")
         self.con.execute(f"DROP TABLE IF EXISTS {self.src}")
         self.con.execute(f"DROP TABLE IF EXISTS {self.lines}")
+
+
+def _type_words(dtype: str) -> str:
+    """A wrong type for an error: a JSON type in words, or only the leading name of a SQL type (the text of a
+    STRUCT, MAP or ENUM type holds field names or values from the file)."""
+    if dtype in _TYPE_WORDS:
+        return _TYPE_WORDS[dtype]
+    if dtype.endswith("]"):
+        return "a list"
+    base = re.match(r"[A-Z][A-Z0-9_ ]*", dtype)
+    return f"of type {base.group().strip()}" if base else "of another type"
 
 
 def _sql_string(value: str) -> str:
@@ -618,11 +726,12 @@ def _locate_json_error(path: Path, fmt: str) -> tuple[int | None, str]:
 
 def ingest_source(con: duckdb.DuckDBPyConnection, source, *, replace: bool = False) -> IngestReport:
     """Ingest one `DataSource` of a config (a private/public dataset or a backlog), with its read options
-    (`format`, `pattern`, `header`, `labels`, `skip_empty`, `subset`)."""
+    (`format`, `pattern`, `header`, `labels`, `skip_empty`, `subset`) and, for a dataset,
+    `distinct_from_existing`."""
     fields = FieldMap(**source.fields.model_dump())
     options = {"format": source.format, "pattern": source.pattern, "header": source.header,
                "labels": source.labels, "skip_empty": source.skip_empty, "subset": getattr(source, "subset", None)}
     if source.kind == "queries":
         return ingest_queries(con, source.path, source.name, fields, **options)
     return ingest_dataset(con, source.path, source.name, source.kind, source.task, fields, replace=replace,
-                          **options)
+                          distinct_from_existing=getattr(source, "distinct_from_existing", False), **options)

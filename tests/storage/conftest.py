@@ -7,7 +7,7 @@ import pytest
 
 from dpicl.storage.db import connect
 
-TABLES = ("datasets", "records", "queries", "runs", "artifacts", "budgets", "ledger", "releases")
+TABLES = ("datasets", "records", "record_hashes", "queries", "runs", "artifacts", "budgets", "ledger", "releases")
 
 
 @pytest.fixture

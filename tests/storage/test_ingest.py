@@ -106,9 +106,9 @@ BAD = [
     bad_case("latin1.csv", f"uid,text,label\nr1,a,b\nr2,{SECRET} caf".encode() + b"\xe9,c\n",
              line=3, words=("UTF-8",)),
     bad_case("missing_column.jsonl", jsonl([{"uid": "r1", "prompt": SECRET, "label": "x"}]), field="text",
-             words=("label, prompt, uid", "--field input=<column>")),
+             words=("3 column(s), not listed", "--field input=<column>")),
     bad_case("missing_column.csv", f"uid,prompt,label\nr1,{SECRET},x\n", field="text",
-             words=("uid, prompt, label", "--field input=<column>")),
+             words=("3 column(s), not listed", "--field input=<column>")),
     bad_case("null_input.jsonl", jsonl(good_rows(1) + [{"uid": "r2", "text": None, "label": SECRET}]),
              row=2, field="text", words=("no value",)),
     bad_case("absent_input.jsonl", jsonl(good_rows(2) + [{"uid": "r3", "label": SECRET}]),
@@ -195,7 +195,8 @@ def test_queries_without_id_field_and_mixed_types_in_json_column(con, tmp_path):
 
 
 def test_failure_after_inserts_leaves_nothing(con, tmp_path, monkeypatch):
-    ingest_dataset(con, write(tmp_path, "keep.jsonl", jsonl(good_rows(2))), "keep", "private", "qa", MAP)
+    kept = [{"uid": "k1", "text": "kept input", "label": "kept output"}]
+    ingest_dataset(con, write(tmp_path, "keep.jsonl", jsonl(kept)), "keep", "private", "qa", MAP)
     before = snapshot(con)
     real = ingest._insert_records
 
@@ -382,7 +383,7 @@ def test_labels_accept_integer_json_and_parquet_values(con, tmp_path):
     assert records(con, "j") == [("1", "a", "positive"), ("2", "b", "negative")]
     path = tmp_path / "d.parquet"
     con.execute(f"COPY (SELECT * FROM (VALUES ('a', 1), ('b', 0)) t(text, label)) TO '{path}' (FORMAT parquet)")
-    ingest_dataset(con, path, "p", "private", "qa", TEXT_LABEL, labels=SST2_LABELS)
+    ingest_dataset(con, path, "p", "private", "qa", TEXT_LABEL, labels=SST2_LABELS, distinct_from_existing=True)
     assert records(con, "p") == [("1", "a", "positive"), ("2", "b", "negative")]
     # without labels a number is still not an output
     with pytest.raises(IngestError, match="must be text"):

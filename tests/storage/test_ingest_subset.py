@@ -58,19 +58,22 @@ def test_disjoint_parts_cover_the_file_about_two_to_one(con, tmp_path, ext):
 def test_same_subset_twice_gives_the_same_rows_and_is_recorded(con, tmp_path):
     path = write(tmp_path, "d.jsonl", "".join(json.dumps(r) + "\n" for r in rows()))
     ingest_source(con, source(path, "a", [0, 1]))
-    ingest_source(con, source(path, "a2", [1, 0]))
+    # the same part again repeats registered data: allowed only as declared distinct
+    ingest_source(con, source(path, "a2", [1, 0], distinct_from_existing=True))
     assert ids(con, "a") == ids(con, "a2")
     recorded = get_dataset(con, "a")["field_map"]["subset"]
     assert recorded == {"buckets": 3, "keep": [0, 1], "salt": "dpicl-subset"}
     assert get_dataset(con, "a2")["field_map"]["subset"] == recorded
     # another salt: another (but equally deterministic) split, recorded as different
     salted = DataSource(name="s", path=str(path), kind="private", fields={"id": "uid", "input": "text",
-                        "output": "label"}, subset={"buckets": 3, "keep": [0, 1], "salt": "other"})
+                        "output": "label"}, subset={"buckets": 3, "keep": [0, 1], "salt": "other"},
+                        distinct_from_existing=True)
     ingest_source(con, salted)
     assert ids(con, "s") != ids(con, "a")
     assert get_dataset(con, "s")["field_map"]["subset"]["salt"] == "other"
     # without a subset nothing is recorded (field maps stay as before)
-    ingest_dataset(con, path, "all", "private", "summarization", FieldMap(id="uid", input="text", output="label"))
+    ingest_dataset(con, path, "all", "private", "summarization", FieldMap(id="uid", input="text", output="label"),
+                   distinct_from_existing=True)
     assert "subset" not in get_dataset(con, "all")["field_map"]
 
 

@@ -192,6 +192,11 @@ def _print_budget(summary: dict) -> None:
         f"{summary['delta']:g}", str(summary["ledger_entries"]), str(summary["releases"]),
     )
     console.print(table)
+    unproven = summary.get("unproven_entries", 0)
+    if unproven:
+        console.print(f"{unproven} of the {summary['ledger_entries']} ledger entries rest on an unproven guarantee "
+                      "(paper 000's claim for DPS-MOZO with several shots per token, accepted explicitly; "
+                      "docs/PRIVACY.md): the spent ε is a valid bound only if that claim holds")
 
 
 @app.command()

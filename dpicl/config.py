@@ -242,12 +242,14 @@ class _TokenMethodConfig(_Strict):
 
 class DPSMozoConfig(_TokenMethodConfig):
     """DPS-MOZO (paper 000): per token, `shots` one-shot prompts with demonstrations drawn without replacement,
-    each mixed in logit space with the zero-shot prompt inside a Rényi ball of radius β·α; the next token is
-    sampled from their normalised product. β from the budget (`alpha`: the Rényi order, default chosen as in 000)
-    unless given. Its guarantee is the paper's claim, for replacement neighbours (docs/PRIVACY.md)."""
+    each mixed in logit space with the zero-shot prompt inside a Rényi ball at order 2α; the next token is sampled
+    from their normalised product. β (a token costs 4βα at order α) from the budget (`alpha`: the Rényi order,
+    default chosen as in 000) unless given. For replacement neighbours. Proven for `shots: 1` only (the default;
+    the paper used 4): more shots rest on the paper's unproven claim and are refused unless
+    `accept_unproven_guarantee: true`, whose ledger entries are labelled so (docs/PRIVACY.md)."""
 
     name: Literal["dps-mozo"] = "dps-mozo"
-    shots: int = Field(4, ge=1)
+    shots: int = Field(1, ge=1)
     alpha: int | None = Field(None, ge=2)
     beta: float | None = Field(None, gt=0)
     # DPS-MOZO+Off (`synthesize_demos`): demonstrations to write, the outputs of as many public inputs
@@ -271,6 +273,8 @@ class AdaPMixEDConfig(_TokenMethodConfig):
     threshold: float = Field(4.5, gt=0)
 
 
+    # shots > 1: spend the budget on paper 000's unproven (α, 4βα) claim for the product of several mixtures
+    accept_unproven_guarantee: bool = False
 class DPFewShotConfig(_TokenMethodConfig):
     """DP few-shot generation (paper 002), for the `synthesize_demos` flow: `demos` synthetic demonstrations
     (per label for classification), each token from a fresh Poisson sample of the private data split into

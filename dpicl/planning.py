@@ -40,10 +40,17 @@ def _sga_line(result: dict[str, Any]) -> str:
 
 
 def _mozo_line(result: dict[str, Any]) -> str:
-    return (f"  {result['shots']} one-shot prompts per token (without replacement from {result['dataset_size']} "
-            f"records), at most {result['tokens_per_query']} tokens per answer: Rényi ball β = {result['beta']:.5f} "
-            f"at order α = {result['alpha']} (RDP budget ε̃ = {result['epsilon_tilde']:.4f}); the RDP accountant "
-            f"certifies ε = {result['epsilon_certified']:.5f} — the paper's claim, for replacement neighbours")
+    if result.get("guarantee") == dps_mozo.PROVEN:
+        basis = (f"{result['pairwise_factor']:.4f}·r = 4βα = {4 * result['beta'] * result['alpha']:.4f} per token at "
+                 "order α, proven (weak triangle inequality)")
+    else:
+        basis = (f"4βα = {4 * result['beta'] * result['alpha']:.4f} per token at order α — paper 000's UNPROVEN "
+                 "claim (shots > 1, accepted explicitly)")
+    return (f"  {result['shots']} one-shot prompt(s) per token (without replacement from {result['dataset_size']} "
+            f"records), at most {result['tokens_per_query']} tokens per answer: β = {result['beta']:.5f} at order "
+            f"α = {result['alpha']} (RDP budget ε̃ = {result['epsilon_tilde']:.4f}), Rényi ball radius "
+            f"r = {result['radius']:.5f} at order {result['ball_order']:g}; {basis}; the RDP accountant certifies "
+            f"ε = {result['epsilon_certified']:.5f}, for replacement neighbours")
 
 
 def _adapmixed_line(result: dict[str, Any]) -> str:
@@ -64,9 +71,11 @@ def _fewshot_line(result: dict[str, Any]) -> str:
             f"ε = {result['epsilon_certified']:.5f}")
 
 
-def _mozo_plan(sampling_rate, queries, epsilon, delta, *, dataset_size, max_new_tokens, shots=4, alpha=None,
-               beta=None):
-    result = dps_mozo.plan(dataset_size, shots, queries, max_new_tokens, epsilon, delta, alpha=alpha)
+def _mozo_plan(sampling_rate, queries, epsilon, delta, *, dataset_size, max_new_tokens, shots=1, alpha=None,
+               beta=None, accept_unproven_guarantee=None):
+    # shots > 1 is refused here, before anything is charged or drawn, unless accept_unproven_guarantee is True
+    result = dps_mozo.plan(dataset_size, shots, queries, max_new_tokens, epsilon, delta, alpha=alpha,
+                           accept_unproven_guarantee=accept_unproven_guarantee is True)
     if beta is None:
         return result
     # a radius chosen by hand (config `beta`, as `answer_backlog` charges it): certify what it really costs
@@ -75,8 +84,17 @@ def _mozo_plan(sampling_rate, queries, epsilon, delta, *, dataset_size, max_new_
     alpha, q, steps = result["alpha"], result["sampling_rate"], result["steps"]
     orders = list(range(2, alpha + 1))
     certified = float(dps_mozo.bbghs_epsilon(steps * dps_mozo.dps_mozo_rdp(beta, alpha, q, orders), orders, delta))
-    return {**result, "beta": float(beta), "radius": beta * alpha, "beta_given": True, "epsilon_certified": certified,
+    return {**result, "beta": float(beta), "radius": dps_mozo.ball_radius(beta, alpha, result["shots"]),
+            "rdp_per_token_unamplified": 4.0 * beta * alpha, "beta_given": True, "epsilon_certified": certified,
             "rdp_per_token": float(dps_mozo.dps_mozo_rdp(beta, alpha, q, [alpha])[0])}
+
+
+def _mozo_event(result: dict[str, Any]) -> PrivacyEvent:
+    """One answer's event; refuses shots > 1 unless the plan was made with accept_unproven_guarantee (the label
+    then says so). β may have been replaced in ``result`` after planning (a hand-chosen radius)."""
+    accepted = result.get("accept_unproven_guarantee") is True
+    return dps_mozo.cost(result["beta"], result["alpha"], result["sampling_rate"], result["tokens_per_query"],
+                         shots=result["shots"], accept_unproven_guarantee=accepted)
 
 
 def _adapmixed_plan(sampling_rate, queries, epsilon, delta, *, max_new_tokens, members=20, alpha=18, beta=None,
@@ -151,12 +169,11 @@ METHODS: dict[str, PlannedMethod] = {
     "dps-mozo": PlannedMethod(
         "dps-mozo",
         "DPS-MOZO (paper 000): per token, one-shot prompts mixed with the zero-shot prompt inside a Rényi ball, "
-        "sampled from their product",
+        "sampled from their product (proven for one shot; more only with accept_unproven_guarantee)",
         _mozo_plan,
-        lambda result: dps_mozo.cost(result["beta"], result["alpha"], result["sampling_rate"],
-                                     result["tokens_per_query"]),
+        _mozo_event,
         _mozo_line,
-        ("dataset_size", "max_new_tokens", "shots", "alpha", "beta"),
+        ("dataset_size", "max_new_tokens", "shots", "alpha", "beta", "accept_unproven_guarantee"),
     ),
     "adapmixed": PlannedMethod(
         "adapmixed",

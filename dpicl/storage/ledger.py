@@ -185,8 +185,24 @@ def stored_releases(con: duckdb.DuckDBPyConnection, backlog: str) -> list[dict[s
     return [_release_row(r) for r in con.execute(_RELEASES.format(where=""), [backlog]).fetchall()]
 
 
+def _rests_on_unproven_claim(event_json: str) -> bool:
+    """Whether a stored event's guarantee is a published but unproven claim: a DPS-MOZO event (also inside a composed
+    event) whose ``guarantee`` is not ``"proven"`` — entries written before the field existed included."""
+    try:
+        event = json.loads(event_json)
+    except ValueError:
+        return False
+    if isinstance(event, dict) and event.get("kind") == "composed":
+        event = event.get("event")
+    if not isinstance(event, dict):
+        return False
+    default = "paper-claim" if event.get("kind") == "dps_mozo" else "proven"
+    return event.get("guarantee", default) != "proven"
+
+
 def budget_summary(con: duckdb.DuckDBPyConnection, dataset: str, epsilon_of: EpsilonOf) -> dict[str, Any]:
-    """Limit, spent and remaining ε of a dataset's budget, from the accountant over all its entries."""
+    """Limit, spent and remaining ε of a dataset's budget, from the accountant over all its entries; also how many
+    entries rest on an unproven guarantee (``unproven_entries``: DPS-MOZO with several shots per token)."""
     budget = require_budget(con, dataset)
     events = ledger_events(con, dataset)
     spent = epsilon_of(events, budget.delta)
@@ -203,4 +219,6 @@ def budget_summary(con: duckdb.DuckDBPyConnection, dataset: str, epsilon_of: Eps
         "releases": released,
         # reserved but never released (a crash after the reservation): charged all the same
         "unreleased_entries": len(events) - released,
+        # charged on a published but unproven bound (paper 000's claim for DPS-MOZO with shots > 1, opted into)
+        "unproven_entries": sum(_rests_on_unproven_claim(e) for e in events),
     }

@@ -165,7 +165,8 @@ def test_result_has_numeric_json_fields():
         assert isinstance(d[key], float) and math.isfinite(d[key])
     assert isinstance(d["passed"], bool) and d["passed"] is True
     assert d["trials"] == 2_000 and d["broken"] is None and d["event"] and d["neighbours"]
-    assert "paper's claim" in d["note"]
+    # one shot per token, the configuration whose bound is proven (the claimed ε is not the paper's claim)
+    assert d["parameters"]["shots"] == 1 and "proven" in d["note"]
     assert d["counts"]["numerator"][1] == 1_000
 
 

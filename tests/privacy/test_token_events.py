@@ -132,3 +132,63 @@ def test_misplaced_text_never_reaches_an_error_message(call):
     with pytest.raises((ValueError, TypeError)) as err:
         call(secret)
     assert "Jane" not in str(err.value)
+
+
+def test_dps_mozo_events_say_what_their_guarantee_rests_on():
+    proven = DPSMozoEvent(0.3, 5, 1 / 100, 10, guarantee="proven")
+    claim = DPSMozoEvent(0.3, 5, 1 / 100, 10, guarantee="paper-claim")
+    assert DPSMozoEvent(0.3, 5, 1 / 100, 10).guarantee == "paper-claim"  # never more than was declared
+    for event in (proven, claim):
+        assert event_from_json(event.to_json()) == event
+    # the label documents the guarantee; what is charged is 4βα per token either way
+    assert RDPAccountant().epsilon([proven], 1e-5) == RDPAccountant().epsilon([claim], 1e-5)
+    with pytest.raises(ValueError, match="guarantee"):
+        DPSMozoEvent(0.3, 5, 1 / 100, 10, guarantee="")
+
+
+def test_budget_show_counts_the_entries_resting_on_an_unproven_claim(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from dpicl.cli import app
+    from dpicl.storage.db import connect
+    from dpicl.storage.ingest import FieldMap, ingest_dataset
+    from dpicl.storage.ledger import budget_summary, open_budget, reserve
+    from dpicl.tasks.context import epsilon_of
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"input": f"t{i}", "output": f"s{i}"}) + "\n" for i in range(100)))
+    db = tmp_path / "l.duckdb"
+    con = connect(db)
+    ingest_dataset(con, data, "d", "private", "summarization", FieldMap())
+    con.execute("INSERT INTO queries (backlog, query_id, row_no, input, source_path) "
+                "SELECT 'b', 'q' || i, i, 'query', 'x' FROM range(5) t(i)")
+    open_budget(con, "d", 50.0, 1e-3)
+
+    def charge(query_id, event_json):
+        assert reserve(con, dataset="d", run_id="run", backlog="b", query_id=query_id, mechanism="dps_mozo",
+                       event_json=event_json, epsilon_of=epsilon_of) is not None
+
+    charge("q0", DPSMozoEvent(0.01, 5, 1 / 100, 2, guarantee="proven").to_json())
+    charge("q1", DPSMozoEvent(0.01, 5, 1 / 100, 2, guarantee="proven").to_json())
+    assert budget_summary(con, "d", epsilon_of)["unproven_entries"] == 0
+    con.close()
+    runner = CliRunner()
+    shown = runner.invoke(app, ["budget", "show", "d", "--db", str(db)])
+    assert shown.exit_code == 0, shown.output
+    assert "unproven" not in shown.output  # only said when there is something to say
+
+    con = connect(db)
+    charge("q2", ComposedEvent(DPSMozoEvent(0.01, 5, 4 / 100, 2, guarantee="paper-claim"), 3).to_json())
+    # an entry written before the label existed (ball at order α): the paper's claim
+    charge("q3", '{"alpha": 5, "beta": 0.01, "kind": "dps_mozo", "mechanism": "dps_mozo", "sampling_rate": 0.04, '
+                 '"tokens": 2}')
+    summary = budget_summary(con, "d", epsilon_of)
+    con.close()
+    assert summary["ledger_entries"] == 4 and summary["unproven_entries"] == 2
+    shown = runner.invoke(app, ["budget", "show", "d", "--db", str(db)])
+    assert shown.exit_code == 0, shown.output
+    assert "2 of the 4 ledger entries rest on an unproven guarantee" in " ".join(shown.output.split())
+    as_json = json.loads(runner.invoke(app, ["budget", "show", "d", "--db", str(db), "--json"]).stdout)
+    assert as_json["unproven_entries"] == 2

@@ -255,21 +255,31 @@ class DPSMozoEvent(PrivacyEvent):
     """``tokens`` token steps of DPS-MOZO (paper 000, Alg 1; MECHANISMS §7) — **substitution** neighbours.
 
     Every step draws ``sampling_rate``·|D| demonstrations without replacement and mixes each one-shot
-    distribution with the public zero-shot one inside the Rényi ball D↔_α ≤ ``beta``·α; the paper's Thm B.3 makes
-    a step (α, 4βα)-RDP — hence 4βα at every order ≤ α (Rényi divergence grows with the order) and nothing known
-    above α — and amplifies it with Wang et al. 2019's bound for sampling without replacement. That is the
-    paper's claim; MECHANISMS §7 and §12.1 item 15 record why its proof has gaps (docs/PRIVACY.md). Being for
-    substitution neighbours, it cannot be composed with add/remove events in one ledger.
+    distribution with the public zero-shot one inside a Rényi ball around it. A step is charged 4βα at every
+    order ≤ α (nothing known above α), amplified with Wang et al. 2019's bound for sampling without replacement.
+    ``guarantee`` says what that 4βα rests on:
+
+    * ``"proven"`` — one demonstration per step and the ball enforced at order 2α with radius 4βα/c(α),
+      c(α) = 1 + (α−½)/(α−1): two releases for neighbouring data are then within 4βα at order α (Mironov's weak
+      triangle inequality; ``dpicl.privacy.mechanisms.dps_mozo``).
+    * ``"paper-claim"`` — paper 000's Thm B.3 claim, which has no valid proof (MECHANISMS §7 and §12.1 item 15;
+      docs/PRIVACY.md): several demonstrations per step (their renormalised product), opted into explicitly, or an
+      entry written before the field existed (ball at order α, for which the claim is false even for one shot).
+      It is the default, so that an entry never claims more than it was written with.
+
+    Being for substitution neighbours, it cannot be composed with add/remove events in one ledger.
     """
 
     kind: ClassVar[str] = "dps_mozo"
     neighbouring: ClassVar[str] = "substitution"
+    guarantees: ClassVar[tuple[str, ...]] = ("proven", "paper-claim")
 
     beta: float
     alpha: int
     sampling_rate: float
     tokens: int
     mechanism: str = "dps_mozo"
+    guarantee: str = "paper-claim"
 
     def __post_init__(self) -> None:
         _check_positive("beta", self.beta)
@@ -279,6 +289,8 @@ class DPSMozoEvent(PrivacyEvent):
             raise ValueError(f"sampling_rate must be in (0, 1], got {self.sampling_rate!r}")
         if isinstance(self.tokens, bool) or not isinstance(self.tokens, int) or self.tokens < 1:
             raise ValueError(f"tokens must be an integer >= 1, got {self.tokens!r}")
+        if self.guarantee not in self.guarantees:
+            raise ValueError(f"guarantee must be one of {self.guarantees}, got {self.guarantee!r}")
 
 
 @dataclass(frozen=True)

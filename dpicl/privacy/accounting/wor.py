@@ -14,9 +14,15 @@ hundred and large ε(j). It is also capped at ε(α) itself: by the joint quasi-
 subsampling never costs more than the un-subsampled mechanism (a coupling pairs subsamples that differ in at
 most one record), so the cap is sound and only matters when q or ε(j) is large.
 
-DPS-MOZO (MECHANISMS §7, paper 000 Thm B.3): every token is claimed (α, 4βα)-RDP at the single order α its Rényi
-balls are drawn for; since the Rényi divergence is non-decreasing in the order, the same 4βα bounds every order
-j ≤ α, and nothing is known above α. ``dps_mozo_rdp`` uses exactly that (the reading that reproduces 000 Table 5).
+DPS-MOZO (MECHANISMS §7; ``dpicl.privacy.mechanisms.dps_mozo``): a token is charged 4βα at order α — with one
+demonstration per token this is *proven*: the Rényi ball is enforced at order 2α with radius r = 4βα/c(α),
+c(α) = 1 + (α−½)/(α−1), and Mironov's weak triangle inequality (2017, Prop 11, p = q = 2) puts the releases for two
+substituted demonstrations, both within r of the same public p_0 at order 2α, within c(α)·r = 4βα of each other at
+order α. (With more demonstrations per token, 4βα is paper 000's unproven Thm B.3 claim; the events say which.)
+Since the Rényi divergence is non-decreasing in the order, the same 4βα bounds every order j ≤ α — the ε(j),
+2 ≤ j ≤ α, that the Wang et al. bound needs for the mechanism on the subsample (whose substitution neighbours are
+exactly the one-shot rows of two different demonstrations) — and nothing is known above α, so ε(∞) = ∞.
+``dps_mozo_rdp`` uses exactly that (the reading that also reproduces 000 Table 5's β).
 
 The conversion (BBGHS, Balle et al. 2020 Thm 21) gives ε(δ) = ε_RDP(α) + ``conversion_term(α, δ)``; its inverse
 ``fixed_order_budget(ε, δ, α)`` = ε − conversion_term(α, δ) is the RDP one may spend at order α for (ε, δ).
@@ -91,8 +97,10 @@ def wor_subsampled_rdp(base_rdp: Callable[[int], float], sampling_rate: float, o
 def dps_mozo_rdp(beta: float, alpha: int, sampling_rate: float, orders: Iterable[int]) -> np.ndarray:
     """Per-token RDP of DPS-MOZO after without-replacement amplification, at the integer ``orders``.
 
-    At an order m ≤ ``alpha``: the Wang et al. bound with the constant ε(j) := 4·β·α for 2 ≤ j ≤ m (the paper's
-    (α, 4βα) claim, monotonicity in the order); ``inf`` at orders above ``alpha`` (no bound is known there).
+    At an order m ≤ ``alpha``: the Wang et al. bound with the constant ε(j) := 4·β·α for 2 ≤ j ≤ m (the per-token
+    bound at order α — proven for one demonstration per token, whose ball has radius 4βα/c(α) at order 2α; the
+    paper's claim for more — and monotonicity in the order); ``inf`` at orders above ``alpha`` (no bound is known
+    there).
     """
     if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not (math.isfinite(beta) and beta >= 0):
         raise ValueError(f"beta must be a finite number >= 0, got {shown(beta)}")

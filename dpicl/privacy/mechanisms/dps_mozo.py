@@ -1,5 +1,5 @@
-"""DPS-MOZO — DP sampling by mixing one-shot and zero-shot outputs (paper 000, Alg 1, Thm B.3, Table 5;
-MECHANISMS §7, §12.1 items 13–15).
+"""DPS-MOZO — DP sampling by mixing one-shot and zero-shot outputs (paper 000, Alg 1, Table 5; MECHANISMS §7,
+§12.1 items 13–15), with the Rényi ball enforced at order 2α so that one shot per token has a proven bound.
 
 **Algorithm** (one token; the caller computes the log-probabilities with the LLM and repeats up to T_max times):
 
@@ -10,30 +10,46 @@ MECHANISMS §7, §12.1 items 13–15).
 3. Every row — ℓ_0 and the one-shot rows ℓ_i (one demonstration each) — is truncated to K and renormalised over K
    (:func:`truncate`; Alg 1 lines 7/10 say "∈ K", a typo for ∉ K).
 4. Mixing in logit space: p̄_λ = softmax(λ·ℓ_i + (1−λ)·ℓ_0) over K (:func:`mix_logits`), with λ_i the largest
-   λ ∈ [0, 1.5] found by bisection such that D↔_α(p̄_λ ‖ p_0) ≤ β·α, p_0 = softmax(ℓ_0) (:func:`choose_lambda`).
-   The λ returned is the feasible end of the bisection bracket and the constraint is checked on it, so the ball
-   holds exactly (§12.1 item 13) — not up to the tolerance of a root finder.
+   λ ∈ [0, 1.5] found by bisection such that D↔_{2α}(p̄_λ ‖ p_0) ≤ r, p_0 = softmax(ℓ_0) (:func:`choose_lambda`;
+   the ball's order and radius: :func:`ball_order`, :func:`ball_radius`). The λ returned is the feasible end of
+   the bisection bracket and the constraint is checked on it, so the ball holds exactly (§12.1 item 13).
 5. y_t ∼ normalise(Π_i p̄_{λ_i}) over K (:func:`product_distribution`, :func:`step`); y_t is always in K.
 
 A one-shot row that contains NaN or +∞ inside K (a broken model output) is replaced by the public row (λ = 0);
 this is a function of that row only, so the constraint — hence the accounting — still holds, and the mechanism
 does not crash on private data.
 
-**Accounting** (:func:`plan`, :func:`cost`; ``dpicl.privacy.accounting.wor``): per token the paper claims
-(α, 4βα)-RDP for substitution neighbours (Thm B.3), hence 4βα at every order j ≤ α. Subsampling is without
-replacement with q = shots/|D|, amplified with Wang et al. 2019 (ε(∞) = ∞). A run answers ``queries`` queries of
-at most ``max_new_tokens`` tokens: steps = queries × max_new_tokens per-token mechanisms are composed. β is the
-largest value with steps · ε'(α) ≤ ε̃ = ε − log((α−1)/α) + (log δ + log α)/(α−1) (:func:`calibrate_beta`), and α,
-unless given, is the smallest integer whose ε̃ ≥ ε/2 (:func:`choose_alpha`). This reproduces 000 Table 5
-(MECHANISMS §7 table; δ = 1/|D|). ``epsilon_certified`` is the BBGHS conversion of the composed curve minimised
-over the orders 2..α, never above ε.
+**Why order 2α.** The paper (Thm B.3) enforces the ball at order α, D↔_α(p̄_λ, p_0) ≤ βα, and claims every token
+is (α, 4βα)-RDP. That is false even for one shot: two points of an order-α ball can be arbitrarily far apart at
+order α. With α = 5, β = 0.3422 (claimed 4βα = 6.84) and a zero-shot tail probability t, the two neighbouring
+releases — one demonstration pushing the tail token up, its substitute pushing it down — are D_α = 8.6 apart at
+t = 1e-9 and the divergence grows like log(1/t)/(α−1) without limit (tests/privacy/test_dps_mozo.py). Mironov's weak
+triangle inequality (2017, Prop 11 with p = q = 2) repairs it when the ball is enforced at order 2α:
+D_α(P‖R) ≤ (α−½)/(α−1)·D_{2α}(P‖Q) + D_{2α−1}(Q‖R), and D_{2α−1} ≤ D_{2α}; so two points P, R within r of
+Q = p_0 at order 2α (in both directions) are within c(α)·r at order α, c(α) = 1 + (α−½)/(α−1)
+(:func:`pairwise_factor`: 2.125 at α = 5, → 2 for large α) — the constant AdaPMixED uses for the same reason.
 
-**Theory caveat** (MECHANISMS §7 "Theory caveats", §12.1 item 15): the guarantee is **the paper's claim**, not a
-proven bound. Thm B.3 applies the additivity of the Rényi divergence for product *measures* to y_t drawn from a
-renormalised pointwise product of experts over one vocabulary, which is not a product measure; and the
-triangle-like inequality it uses is stated for bounds at all orders, whereas the ball is enforced at the single
-order α. (PMixED's arithmetic mean, MECHANISMS §8, has a proven bound.) The events are for substitution
-neighbours and cannot be composed with add/remove events in one ledger.
+**Accounting** (:func:`plan`, :func:`cost`; ``dpicl.privacy.accounting.wor``). β keeps the paper's meaning *for
+the ledger*: a token costs 4βα at order α (hence at every order j ≤ α; nothing is known above α), amplified by
+sampling without replacement with q = shots/|D| (Wang et al. 2019, ε(∞) = ∞), and β is calibrated exactly as in
+000 Table 5: the largest β with steps · ε'(α) ≤ ε̃ = ε − log((α−1)/α) + (log δ + log α)/(α−1)
+(:func:`calibrate_beta`; steps = queries × max_new_tokens; α, unless given, the smallest integer with ε̃ ≥ ε/2,
+:func:`choose_alpha`). What the ball is for a given β depends on ``shots``:
+
+* **shots = 1 — proven** (``guarantee = "proven"``): radius r = 4βα / c(α) at order 2α. A substitution
+  neighbour changes the one-shot row of the (single) drawn demonstration only; both releases are mixtures in the
+  ball around the same public p_0 (K, p_0 depend on public data and earlier outputs only), so by the inequality
+  above they are within c(α)·r = 4βα at order α — the number the ledger is charged. The without-replacement bound
+  needs ε(j) for 2 ≤ j ≤ α: 4βα for each (the order-α bound, Rényi divergence being non-decreasing in the order).
+* **shots > 1 — the paper's claim** (``guarantee = "paper-claim"``): radius βα at order 2α (inside the paper's
+  order-α ball, so its claim covers it), charged 4βα. No proof: the release is a renormalised pointwise product of
+  the mixtures, not a product measure, so 000's additivity step does not apply, and the weak triangle inequality
+  bounds one factor, not the renormalised product. :func:`plan` and :func:`cost` refuse shots > 1 unless the
+  caller passes ``accept_unproven_guarantee=True``; the events then carry ``guarantee = "paper-claim"`` and
+  ``dpicl budget show`` counts them.
+
+``epsilon_certified`` is the BBGHS conversion of the composed curve minimised over the orders 2..α, never above ε.
+The events are for substitution neighbours and cannot be composed with add/remove events in one ledger.
 """
 
 from __future__ import annotations
@@ -55,6 +71,9 @@ LAMBDA_MAX = 1.5  # upper end of the λ search (000 §4.1)
 DEFAULT_TOP_K = 100
 _BETA_REL_TOL = 1e-6
 _ALPHA_MAX = 10**6
+BALL_ORDER_FACTOR = 2  # the ball is enforced at order 2α (module docstring)
+PROVEN = "proven"  # ``guarantee`` of a one-shot DPS-MOZO event: Mironov's weak triangle inequality
+PAPER_CLAIM = "paper-claim"  # shots > 1: 000 Thm B.3's claim, no proof (refused unless accepted explicitly)
 
 
 # ----------------------------------------------------------------------------------------------- input checks
@@ -95,6 +114,46 @@ def _vector(name: str, x) -> np.ndarray:
     if v.ndim != 1 or v.size < 1:
         raise ValueError(f"{name} must be a non-empty 1-D array, got shape {v.shape}")
     return v
+
+
+# ------------------------------------------------------------------------------------------------ Rényi ball
+
+def ball_order(alpha) -> float:
+    """The order at which the Rényi ball is enforced: 2α (module docstring, "Why order 2α")."""
+    return BALL_ORDER_FACTOR * _order(alpha)
+
+
+def pairwise_factor(alpha) -> float:
+    """c(α) = 1 + (α−½)/(α−1): two distributions within r of p_0 at order 2α (both directions) are within c(α)·r
+    of each other at order α (Mironov 2017, Prop 11 with p = q = 2, and D_{2α−1} ≤ D_{2α})."""
+    a = _order(alpha)
+    return 1.0 + (a - 0.5) / (a - 1.0)
+
+
+def guarantee(shots, accept_unproven_guarantee: bool = False) -> str:
+    """``"proven"`` for one shot per token; for more, ``"paper-claim"`` if ``accept_unproven_guarantee`` is True,
+    otherwise ValueError (the refusal happens before anything is charged or drawn)."""
+    shots = _positive_int("shots", shots)
+    if shots == 1:
+        return PROVEN
+    if accept_unproven_guarantee is not True:
+        raise ValueError(
+            f"DPS-MOZO with shots = {shots} rests on paper 000's unproven claim (its bound is proven for one shot per "
+            "token only: the release is a renormalised product of the mixtures, to which the paper's additivity step "
+            "does not apply; docs/PRIVACY.md). Use shots = 1, or opt in explicitly with accept_unproven_guarantee "
+            "(config `method.accept_unproven_guarantee: true`): its ledger entries are then labelled "
+            f"guarantee = {PAPER_CLAIM!r} and `dpicl budget show` counts them")
+    return PAPER_CLAIM
+
+
+def ball_radius(beta: float, alpha, shots: int) -> float:
+    """Radius r of the order-2α ball for the ledger's β (a token is charged 4βα at order α): 4βα/c(α) for one shot
+    (then c(α)·r = 4βα is proven), βα for more (the paper's radius; its 4βα is a claim)."""
+    beta = _positive_number("beta", beta)
+    a = _order(alpha)
+    if _positive_int("shots", shots) == 1:
+        return 4.0 * beta * a / pairwise_factor(a)
+    return beta * a
 
 
 # --------------------------------------------------------------------------------------------------- mechanism
@@ -173,8 +232,11 @@ def _fast_renyi(lp: np.ndarray, lq: np.ndarray, alpha: float) -> float:
     return max(0.0, (float(m) + math.log(np.exp(t - m).sum())) / (alpha - 1))
 
 
-def choose_lambda(one_shot, zero_shot, beta: float, alpha: float, upper: float = LAMBDA_MAX) -> float:
-    """The largest λ ∈ [0, ``upper``] found by bisection with D↔_α(p̄_λ ‖ p_0) ≤ β·α (``upper`` when feasible there).
+def choose_lambda(one_shot, zero_shot, beta: float, alpha: float, upper: float = LAMBDA_MAX, *,
+                  shots: int = 1) -> float:
+    """The largest λ ∈ [0, ``upper``] found by bisection with D↔_{2α}(p̄_λ ‖ p_0) ≤ ``ball_radius(β, α, shots)``
+    (``upper`` when feasible there); ``shots`` is the number of one-shot rows of the token (the radius depends on
+    it; :func:`next_token_distribution` passes it).
 
     The feasible end of the bracket is returned (``renyi.largest_feasible``) and the constraint is checked on it
     (an error, never a silent violation), evaluated by ``renyi.symmetric_renyi`` on exactly the arrays
@@ -194,26 +256,25 @@ def choose_lambda(one_shot, zero_shot, beta: float, alpha: float, upper: float =
         raise ValueError(f"upper must be a finite number >= 0, got {shown(upper)}")
     if not np.isfinite(zero).all():
         raise ValueError("zero_shot must be finite over K (choose K with public_top_k)")
-    return _choose_lambda(one, zero, beta, alpha, upper)[0]
+    return _choose_lambda(one, zero, ball_radius(beta, alpha, shots), ball_order(alpha), upper)[0]
 
 
-def _choose_lambda(one: np.ndarray, zero: np.ndarray, beta: float, alpha: float,
+def _choose_lambda(one: np.ndarray, zero: np.ndarray, radius: float, order: float,
                    upper: float) -> tuple[float, float]:
-    """(λ, D↔_α(p̄_λ ‖ p_0) as the shared function evaluates it) for validated rows."""
+    """(λ, D↔_order(p̄_λ ‖ p_0) as the shared function evaluates it) for validated rows: the ball D↔_order ≤ radius."""
     if np.isnan(one).any() or np.isposinf(one).any() or not np.isfinite(one).any():
         return 0.0, 0.0
     log_p0 = _mix(one, zero, 0.0)
     p0 = np.exp(log_p0)
-    radius = beta * alpha
     last = {}
 
     def feasible(lam: float) -> bool:  # the constraint itself, through the shared renyi module
-        last[lam] = symmetric_renyi(np.exp(_mix(one, zero, lam)), p0, alpha)
+        last[lam] = symmetric_renyi(np.exp(_mix(one, zero, lam)), p0, order)
         return last[lam] <= radius
 
     def probably_feasible(lam: float) -> bool:  # the same formula, fast: only steers the search
         lp = _mix(one, zero, lam)
-        return max(_fast_renyi(lp, log_p0, alpha), _fast_renyi(log_p0, lp, alpha)) <= radius
+        return max(_fast_renyi(lp, log_p0, order), _fast_renyi(log_p0, lp, order)) <= radius
 
     lam = largest_feasible(probably_feasible, upper)
     inside = feasible(lam)
@@ -221,7 +282,7 @@ def _choose_lambda(one: np.ndarray, zero: np.ndarray, beta: float, alpha: float,
         lam = largest_feasible(feasible, lam)
         inside = feasible(lam)
     if not inside:  # cannot happen (λ = 0 is p_0 itself); checked explicitly: `assert` vanishes under python -O
-        raise RuntimeError(f"λ = {lam} violates the Rényi ball D↔_α ≤ {radius} (α = {alpha})")
+        raise RuntimeError(f"λ = {lam} violates the Rényi ball D↔_{order:g} ≤ {radius}")
     return lam, last[lam]
 
 
@@ -243,7 +304,9 @@ def product_distribution(mixed_logprobs) -> np.ndarray:
 
 def next_token_distribution(zero_shot_logprobs, one_shot_logprobs, *, top_k: int, beta: float,
                             alpha: float) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Alg 1 up to the sampling: (K, probabilities over K, info) for one token; ``info`` as in :func:`step`."""
+    """Alg 1 up to the sampling: (K, probabilities over K, info) for one token; ``info`` as in :func:`step`. The
+    number of one-shot rows is the number of shots: one row gets the proven ball, more the paper's (module
+    docstring); whether more than one may be used at all is decided when the run is planned (:func:`guarantee`)."""
     z = _vector("zero_shot_logprobs", zero_shot_logprobs)
     ones = np.asarray(one_shot_logprobs, dtype=np.float64)
     if ones.ndim == 1:
@@ -253,19 +316,22 @@ def next_token_distribution(zero_shot_logprobs, one_shot_logprobs, *, top_k: int
                          f"as zero_shot_logprobs, got shape {ones.shape}")
     beta = _positive_number("beta", beta)
     alpha = _order(alpha)
+    shots = ones.shape[0]
+    radius, order = ball_radius(beta, alpha, shots), ball_order(alpha)
     ids = public_top_k(z, top_k)
     zero = truncate(z, ids)
     rows = truncate(ones, ids)
     lambdas, divergences, mixed = [], [], []
     for row in rows:
-        lam, divergence = _choose_lambda(row, zero, beta, alpha, LAMBDA_MAX)
+        lam, divergence = _choose_lambda(row, zero, radius, order, LAMBDA_MAX)
         lambdas.append(lam)
         divergences.append(divergence)
         mixed.append(_mix(row, zero, lam))
     info = {
         "lambdas": [float(v) for v in lambdas],
         "max_divergence": float(max(divergences)),
-        "radius": beta * alpha,
+        "radius": radius,
+        "ball_order": order,
     }
     return ids, product_distribution(np.stack(mixed)), info
 
@@ -273,9 +339,10 @@ def next_token_distribution(zero_shot_logprobs, one_shot_logprobs, *, top_k: int
 def step(zero_shot_logprobs, one_shot_logprobs, *, top_k: int, beta: float, alpha: float,
          rng: np.random.Generator) -> tuple[int, dict]:
     """One DPS-MOZO token (Alg 1): its vocabulary id (always in K) and ``info`` — numbers only: the λ of every
-    one-shot row (``lambdas``), the largest D↔_α of a mixed row from p_0 (``max_divergence``) and β·α
-    (``radius``). ``zero_shot_logprobs``: (V,); ``one_shot_logprobs``: (n_shots, V), one row per demonstration
-    drawn by :func:`sample_demonstrations` for this token. Its cost is one token of ``cost(β, α, q, tokens)``."""
+    one-shot row (``lambdas``), the largest D↔_{2α} of a mixed row from p_0 (``max_divergence``), the ball's
+    ``radius`` (:func:`ball_radius`) and ``ball_order`` (2α). ``zero_shot_logprobs``: (V,); ``one_shot_logprobs``:
+    (n_shots, V), one row per demonstration drawn by :func:`sample_demonstrations` for this token. Its cost is one
+    token of ``cost(β, α, q, tokens, shots=n_shots)``."""
     if not isinstance(rng, np.random.Generator):
         raise ValueError("rng must be a numpy.random.Generator (e.g. np.random.default_rng(seed))")
     ids, probs, info = next_token_distribution(zero_shot_logprobs, one_shot_logprobs, top_k=top_k, beta=beta,
@@ -358,19 +425,25 @@ def calibrate_beta(sampling_rate: float, steps: int, epsilon: float, delta: floa
     return lo
 
 
-def cost(beta: float, alpha: int, sampling_rate: float, tokens: int) -> DPSMozoEvent:
-    """Privacy event of one DPS-MOZO query of ``tokens`` (= max_new_tokens) token steps; charge it even when the
-    answer stops early at EOS (the number of steps taken depends on the private data)."""
+def cost(beta: float, alpha: int, sampling_rate: float, tokens: int, *, shots: int,
+         accept_unproven_guarantee: bool = False) -> DPSMozoEvent:
+    """Privacy event of one DPS-MOZO query of ``tokens`` (= max_new_tokens) token steps with ``shots`` one-shot
+    rows per token; charge it even when the answer stops early at EOS (the number of steps taken depends on the
+    private data). shots > 1 is refused unless ``accept_unproven_guarantee`` (:func:`guarantee`); the event says
+    which guarantee it rests on."""
+    label = guarantee(shots, accept_unproven_guarantee)
     return DPSMozoEvent(float(beta), _integer_order(alpha), float(sampling_rate),
-                        _positive_int("tokens", tokens, " (max_new_tokens)"), mechanism=MECHANISM)
+                        _positive_int("tokens", tokens, " (max_new_tokens)"), mechanism=MECHANISM, guarantee=label)
 
 
 def plan(dataset_size: int, shots: int, queries: int, max_new_tokens: int, epsilon: float, delta: float,
-         alpha: int | None = None, top_k: int = DEFAULT_TOP_K) -> dict:
+         alpha: int | None = None, top_k: int = DEFAULT_TOP_K, *, accept_unproven_guarantee: bool = False) -> dict:
     """β and α for answering ``queries`` queries of at most ``max_new_tokens`` tokens within (ε, δ) with ``shots``
-    demonstrations per token drawn from ``dataset_size`` private records; no private data involved."""
+    demonstrations per token drawn from ``dataset_size`` private records; no private data involved. shots > 1 is
+    refused (ValueError) unless ``accept_unproven_guarantee`` is True (:func:`guarantee`)."""
     dataset_size = _positive_int("dataset_size", dataset_size)
     shots = _positive_int("shots", shots)
+    label = guarantee(shots, accept_unproven_guarantee)
     if shots > dataset_size:
         raise ValueError(f"shots = {shots} exceeds dataset_size = {dataset_size}: the demonstrations of a token are "
                          "drawn without replacement; lower shots")
@@ -401,7 +474,12 @@ def plan(dataset_size: int, shots: int, queries: int, max_new_tokens: int, epsil
         "alpha": alpha,
         "epsilon_tilde": fixed_order_budget(epsilon, delta, alpha),
         "beta": beta,
-        "radius": beta * alpha,
+        "guarantee": label,
+        "accept_unproven_guarantee": label == PAPER_CLAIM,
+        "ball_order": BALL_ORDER_FACTOR * alpha,
+        "radius": ball_radius(beta, alpha, shots),
+        "pairwise_factor": pairwise_factor(alpha),
+        "rdp_per_token_unamplified": 4.0 * beta * alpha,
         "rdp_per_token": float(dps_mozo_rdp(beta, alpha, q, [alpha])[0]),
         "lambda_max": LAMBDA_MAX,
         "neighbouring": DPSMozoEvent.neighbouring,

@@ -19,7 +19,7 @@ from dpicl.privacy.audit import (
     run_audit,
 )
 from dpicl.privacy.audit.batch import BatchedGenerator, batched_draws
-from dpicl.privacy.mechanisms import esa, ksa_ptr
+from dpicl.privacy.mechanisms import esa, joint_em, ksa_ptr
 
 # Trials for the audits that loop over single calls (the vectorised ones use their defaults): enough for a
 # correct mechanism to pass and a broken one to be caught with these seeds, small enough for ~1 min in all.
@@ -204,6 +204,10 @@ def test_broken_variants_restore_the_mechanisms():
     run_audit("esa", trials=1_000, seed=SEED, broken="no-clip")
     run_audit("ksa-ptr", trials=100, seed=SEED, broken="no-test")
     assert esa._clip_rows_to_unit_norm is clip and ksa_ptr.ptr_passes is passes
+    # the sensitivity-1 variants patch the module constant the mechanisms read at call time; it must come back
+    run_audit("esa", trials=1_000, seed=SEED, broken="sensitivity-1")
+    run_audit("ksa-joint-em", trials=100, seed=SEED, broken="sensitivity-1")
+    assert esa.SENSITIVITY == 2.0 and joint_em.SENSITIVITY == 2.0
 
 
 # ------------------------------------------------------------------------------------------------------ CLI

@@ -1,5 +1,6 @@
 """Joint exponential mechanism (Gillenwater et al. 2022; paper 001 KSA; MECHANISMS §3, §12.1 item 4, §13)."""
 
+import inspect
 import itertools
 from collections import Counter
 
@@ -31,15 +32,15 @@ def expected_probs(counts, k, epsilon, sensitivity):
     return seqs, p / p.sum()
 
 
-def empirical(counts, k, epsilon, n, seed, sensitivity=None):
+def empirical(counts, k, epsilon, n, seed):
     rng = make_rng(seed, test_mode=True)
-    kw = {} if sensitivity is None else {"sensitivity": sensitivity}
-    return Counter(tuple(int(x) for x in joint_em.sample_topk(counts, k, epsilon, rng, **kw)) for _ in range(n))
+    return Counter(tuple(int(x) for x in joint_em.sample_topk(counts, k, epsilon, rng)) for _ in range(n))
 
 
-def chi2_pvalue(counts, k, epsilon, n, seed, sample_sensitivity, test_sensitivity):
+def chi2_pvalue(counts, k, epsilon, n, seed, test_sensitivity):
+    """Goodness of fit of joint_em.sample_topk (as it stands, module constant included) to Δ = test_sensitivity."""
     seqs, p = expected_probs(counts, k, epsilon, test_sensitivity)
-    emp = empirical(counts, k, epsilon, n, seed, sample_sensitivity)
+    emp = empirical(counts, k, epsilon, n, seed)
     assert set(emp) <= set(seqs)
     observed = np.array([emp.get(s, 0) for s in seqs])
     return stats.chisquare(observed, p * n).pvalue
@@ -94,13 +95,15 @@ def test_fast_counts_match_brute_force_real_counts():
     [([5, 3, 3, 1], 2, 1.0, 0), ([4, 4, 2, 1, 0], 3, 2.0, 1), ([1, 3, 0, 3, 2, 2], 2, 0.5, 2)],
 )
 def test_sampling_distribution_matches_exponential_mechanism(counts, k, epsilon, seed):
-    p = chi2_pvalue(np.array(counts), k, epsilon, 20_000, seed, None, REQUIRED_SENSITIVITY)
+    p = chi2_pvalue(np.array(counts), k, epsilon, 20_000, seed, REQUIRED_SENSITIVITY)
     assert p > 1e-3
 
 
-def test_too_little_noise_is_detected():
-    # Sampling with the papers' Δ=1 spends 2ε; the Δ=2 goodness-of-fit test must notice.
-    p = chi2_pvalue(np.array([5, 3, 3, 1]), 2, 1.0, 20_000, 3, 1.0, REQUIRED_SENSITIVITY)
+def test_too_little_noise_is_detected(monkeypatch):
+    # Sampling with the papers' Δ=1 spends 2ε; the Δ=2 goodness-of-fit test must notice. The broken variant is
+    # the shipped sampler with the module constant it reads at call time set to 1.
+    monkeypatch.setattr(joint_em, "SENSITIVITY", 1.0)
+    p = chi2_pvalue(np.array([5, 3, 3, 1]), 2, 1.0, 20_000, 3, REQUIRED_SENSITIVITY)
     assert p < 1e-3
 
 
@@ -165,9 +168,11 @@ def test_validation(counts, k, epsilon, exc):
         joint_em.sample_topk(np.array(counts, dtype=float), k, epsilon, make_rng(0, test_mode=True))
 
 
-def test_invalid_sensitivity_rejected():
-    with pytest.raises(ValueError):
-        joint_em.sample_topk(np.array([1.0, 2.0]), 1, 1.0, make_rng(0, test_mode=True), sensitivity=0.0)
+def test_no_caller_can_pick_another_sensitivity():
+    # cost(...) always records SENSITIVITY: the sampler takes no Δ of its own (one passed is a TypeError)
+    assert "sensitivity" not in inspect.signature(joint_em.sample_topk).parameters
+    with pytest.raises(TypeError):
+        joint_em.sample_topk(np.array([1.0, 2.0]), 1, 1.0, make_rng(0, test_mode=True), sensitivity=1.0)
 
 
 # ------------------------------------------------------------------------ KSA joint EM: domain, cost, plan

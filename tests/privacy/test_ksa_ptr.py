@@ -7,6 +7,7 @@ worked example, and planning.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections import Counter
 
@@ -23,6 +24,8 @@ from dpicl.privacy.mechanisms import joint_em, ksa_ptr
 from dpicl.privacy.rng import make_rng
 
 Q, T, DELTA = 400 / 14732, 100, 5e-5
+# From the privacy analysis (module docstring), not from the code: one teacher's set replaced moves every gap by ≤ 2.
+REQUIRED_SENSITIVITY = 2.0
 # MECHANISMS §11.1: (ε_EM, σ, frac) with the reference δ0 = frac·δ/q; paper-convention ε; corrected ε (δ0 =
 # frac·δ/(q·T)); PTR offsets with the reference and the corrected δ0.
 VECTORS = [
@@ -141,9 +144,9 @@ def test_corrected_vectors_and_our_accountant_is_sound(eps_em, sigma, frac, pape
 # ---------------------------------------------------------------------------------------------- the PTR test
 
 
-def _pass_count(gap, nm, delta0, n, seed, sensitivity=ksa_ptr.SENSITIVITY):
+def _pass_count(gap, nm, delta0, n, seed):
     rng = make_rng(seed, test_mode=True)
-    return sum(ksa_ptr.ptr_passes(gap, nm, delta0, rng, sensitivity) for _ in range(n))
+    return sum(ksa_ptr.ptr_passes(gap, nm, delta0, rng) for _ in range(n))
 
 
 def _unstable_gaps_pass_at_most_delta0(nm, delta0, n=20_000, seed=0):
@@ -162,18 +165,17 @@ def test_unstable_gap_passes_with_probability_at_most_delta0(nm, delta0):
 
 def test_offset_with_sensitivity_one_is_detected(monkeypatch):
     # The noise has std 2·nm; an offset computed for Δ = 1 passes an unstable gap with Pr ≈ Φ̄(z/2) ≫ δ0.
-    original = ksa_ptr.ptr_offset
-    monkeypatch.setattr(ksa_ptr, "ptr_offset", lambda nm, d0, sensitivity=2.0: original(nm, d0, 1.0))
+    monkeypatch.setattr(ksa_ptr, "ptr_offset", lambda nm, d0: float(stats.norm.isf(d0)) * 1.0 * nm)
     assert not _unstable_gaps_pass_at_most_delta0(0.5, 0.1)
 
 
-def _pass_curve_matches_gaussian(nm, delta0, n=4_000, seed=10, sensitivity=ksa_ptr.SENSITIVITY):
+def _pass_curve_matches_gaussian(nm, delta0, n=4_000, seed=10):
     """Pr[pass | gap] = Φ̄((offset + 2 − gap)/(2·nm)): the test really adds N(0, (2·nm)²) and uses the Δ=2 offset."""
-    offset = ksa_ptr.ptr_offset(nm, delta0)
+    offset = float(stats.norm.isf(delta0)) * REQUIRED_SENSITIVITY * nm  # from the analysis, not from ptr_offset
     for i, z in enumerate([-1.0, 0.0, 1.0]):
         gap = offset + 2 + z * 2 * nm
         expected = stats.norm.sf((offset + 2 - gap) / (2 * nm))
-        passed = _pass_count(gap, nm, delta0, n, seed + i, sensitivity)
+        passed = _pass_count(gap, nm, delta0, n, seed + i)
         if stats.binomtest(passed, n, expected).pvalue < 1e-6:
             return False
     return True
@@ -184,10 +186,12 @@ def test_pass_probability_curve_has_the_documented_noise():
     assert _pass_curve_matches_gaussian(0.3, 1e-3)
 
 
-def test_halved_noise_is_detected():
+def test_halved_noise_is_detected(monkeypatch):
     # Δ = 1 in the test (the papers' convention) halves both the noise and the offset: an unstable gap still
     # passes with probability δ0, but the bit now moves twice as fast with the gap — the curve test notices.
-    assert not _pass_curve_matches_gaussian(1.0, 0.1, sensitivity=1.0)
+    # The broken variant: the module constant, which ptr_passes and ptr_offset read at call time, set to 1.
+    monkeypatch.setattr(ksa_ptr, "SENSITIVITY", 1.0)
+    assert not _pass_curve_matches_gaussian(1.0, 0.1)
     assert _unstable_gaps_pass_at_most_delta0(1.0, 0.1)  # ... which the δ0 test alone cannot see
 
 
@@ -263,13 +267,13 @@ def test_released_set_is_the_same_on_neighbours(monkeypatch):
 # ------------------------------------------------------------------------------------------------ FindBestK
 
 
-def _find_best_k_pvalue(counts, k_max, epsilon, n, seed, sensitivity):
+def _find_best_k_pvalue(counts, k_max, epsilon, n, seed):
     g = ksa_ptr.gaps(counts, k_max)
-    logits = epsilon * g / (2 * ksa_ptr.SENSITIVITY)  # the EM with Δ = 2: Gumbel scale 4/ε
+    logits = epsilon * g / (2 * REQUIRED_SENSITIVITY)  # the EM with Δ = 2: Gumbel scale 4/ε
     p = np.exp(logits - logits.max())
     p /= p.sum()
     rng = make_rng(seed, test_mode=True)
-    freq = Counter(ksa_ptr.find_best_k(counts, epsilon, rng, k_max, sensitivity) for _ in range(n))
+    freq = Counter(ksa_ptr.find_best_k(counts, epsilon, rng, k_max) for _ in range(n))
     observed = np.array([freq.get(k, 0) for k in range(k_max)])
     assert observed.sum() == n
     return stats.chisquare(observed, p * n).pvalue
@@ -279,12 +283,19 @@ def _find_best_k_pvalue(counts, k_max, epsilon, n, seed, sensitivity):
     ([10, 8, 7, 3, 3, 2], 5, 1.0, 0), ([9, 9, 4, 1], 6, 2.0, 1), ([30, 22, 21, 20, 12, 11, 10], 6, 0.5, 2),
 ])
 def test_find_best_k_gumbel_scale_is_4_over_epsilon(counts, k_max, epsilon, seed):
-    assert _find_best_k_pvalue(counts, k_max, epsilon, 20_000, seed, 2.0) > 1e-3
+    assert _find_best_k_pvalue(counts, k_max, epsilon, 20_000, seed) > 1e-3
 
 
-def test_find_best_k_scale_2_over_epsilon_is_rejected():
+def test_find_best_k_scale_2_over_epsilon_is_rejected(monkeypatch):
     # the reference code's Gumbel(2/ε) (sensitivity 1) spends 2ε; the same test must reject it
-    assert _find_best_k_pvalue([10, 8, 7, 3, 3, 2], 5, 1.0, 20_000, 3, 1.0) < 1e-6
+    monkeypatch.setattr(ksa_ptr, "SENSITIVITY", 1.0)
+    assert _find_best_k_pvalue([10, 8, 7, 3, 3, 2], 5, 1.0, 20_000, 3) < 1e-6
+
+
+def test_no_caller_can_pick_another_sensitivity():
+    # cost(...) always records SENSITIVITY, so nothing that draws or calibrates the noise takes a Δ of its own
+    for fn in (ksa_ptr.find_best_k, ksa_ptr.ptr_offset, ksa_ptr.ptr_passes, ksa_ptr.release_set):
+        assert "sensitivity" not in inspect.signature(fn).parameters, fn.__name__
 
 
 def test_gaps_reading_of_section_4():

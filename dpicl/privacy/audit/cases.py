@@ -119,7 +119,6 @@ def _esa_embeddings(first_row: np.ndarray) -> np.ndarray:
 
 
 def _audit_esa(trials: int, rng: np.random.Generator, delta: float, broken: str | None) -> Case:
-    sensitivity = 1.0 if broken == "sensitivity-1" else esa.SENSITIVITY
     u = np.eye(_ESA_DIM)[0]
     e_d, e_dp = _esa_embeddings(u), _esa_embeddings(-3.0 * u)  # D′'s row has norm 3: the clip brings it to 1
 
@@ -127,12 +126,15 @@ def _audit_esa(trials: int, rng: np.random.Generator, delta: float, broken: str 
         return np.asarray(out)[..., 0] * _ESA_TEACHERS  # noisy sum along u
 
     def run():
-        return _gaussian_pair(lambda r: esa.noisy_mean(e_d, ESA_NOISE_MULTIPLIER, r, sensitivity),
-                              lambda r: esa.noisy_mean(e_dp, ESA_NOISE_MULTIPLIER, r, sensitivity),
+        return _gaussian_pair(lambda r: esa.noisy_mean(e_d, ESA_NOISE_MULTIPLIER, r),
+                              lambda r: esa.noisy_mean(e_dp, ESA_NOISE_MULTIPLIER, r),
                               projection, trials, rng, chunk=100_000)
 
     if broken == "no-clip":
         with _patched(esa, "_clip_rows_to_unit_norm", lambda e: e):
+            pair = run()
+    elif broken == "sensitivity-1":  # noise for Δ = 1 while cost(...) below still charges for Δ = 2
+        with _patched(esa, "SENSITIVITY", 1.0):
             pair = run()
     else:
         pair = run()
@@ -178,13 +180,8 @@ def _audit_joint_em(trials: int, rng: np.random.Generator, delta: float, broken:
 
     sensitivity = joint_em.SENSITIVITY
     if broken == "sensitivity-1":
-        sensitivity = 1.0
-        original = joint_em.sample_topk
-
-        def topk_delta_1(c, k, epsilon, r, sensitivity=None):
-            return original(c, k, epsilon, r, sensitivity=1.0)
-
-        with _patched(joint_em, "sample_topk", topk_delta_1):
+        sensitivity = 1.0  # the sampler draws for Δ = 1 while cost(...) below still charges for Δ = 2
+        with _patched(joint_em, "SENSITIVITY", sensitivity):
             samples = [_loop(lambda c=c: draw(c), trials) for c in counts]
     else:
         samples = [_loop(lambda c=c: draw(c), trials) for c in counts]

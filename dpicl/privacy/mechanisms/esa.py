@@ -42,9 +42,11 @@ def noisy_mean(
     teacher_embeddings: np.ndarray,
     noise_multiplier: float,
     rng: np.random.Generator,
-    sensitivity: float = SENSITIVITY,
 ) -> np.ndarray:
     """DP mean of the N teacher embeddings (N×d): clip rows to norm ≤ 1, sum, add N(0, (Δ·nm)²), divide by N.
+
+    Δ is the module's ``SENSITIVITY``, read here at call time: the one ``cost`` charges for. There is no
+    parameter for it, since noise for any other Δ would not be what the ledger records.
 
     N is the configured number of teachers: every teacher is included, even one with no demonstrations,
     so N itself reveals nothing.
@@ -58,7 +60,7 @@ def noisy_mean(
     # NaN/inf would turn the whole release into NaN and so reveal itself: it counts as a zero vector.
     e = np.where(np.isfinite(e).all(axis=1, keepdims=True), e, 0.0)
     clipped = _clip_rows_to_unit_norm(e)
-    noisy_sum = clipped.sum(axis=0) + rng.normal(0.0, sensitivity * noise_multiplier, size=e.shape[1])
+    noisy_sum = clipped.sum(axis=0) + rng.normal(0.0, SENSITIVITY * noise_multiplier, size=e.shape[1])
     return noisy_sum / e.shape[0]
 
 

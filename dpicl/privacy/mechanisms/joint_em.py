@@ -128,18 +128,17 @@ def sample_topk(
     k: int,
     epsilon: float,
     rng: np.random.Generator,
-    sensitivity: float = SENSITIVITY,
 ) -> np.ndarray:
-    """ε-DP ordered top-k: item indices, best rank first, drawn with Pr[s] ∝ exp(ε·u(s)/(2Δ))."""
+    """ε-DP ordered top-k: item indices, best rank first, drawn with Pr[s] ∝ exp(ε·u(s)/(2Δ)).
+
+    Δ is the module's ``SENSITIVITY``, read at call time: the one ``cost`` charges for (no parameter for it)."""
     c = _validate(counts, k)
     if not (np.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon must be finite and > 0, got {epsilon}")
-    if not (np.isfinite(sensitivity) and sensitivity > 0):
-        raise ValueError(f"sensitivity must be finite and > 0, got {sensitivity}")
     order, rank, rows, cols, diffs = _sorted_entries(c, k)
     log_counts = _entry_log_counts(rows, cols, k)
     # Gumbel-max over groups: argmax of log m̃ + ε·u/(2Δ) + Gumbel stays in log space (no overflow).
-    scores = log_counts - epsilon * diffs / (2.0 * sensitivity)
+    scores = log_counts - epsilon * diffs / (2.0 * SENSITIVITY)
     a = int(np.argmax(scores + rng.gumbel(size=scores.size)))
     r, col = int(rows[a]), int(cols[a])
     seq = [col] * k

@@ -106,25 +106,25 @@ def find_best_k(
     epsilon_em: float,
     rng: np.random.Generator,
     k_max: int = K_MAX,
-    sensitivity: float = SENSITIVITY,
 ) -> int:
     """FindBestK (Alg 7): ε_EM-DP argmax of the gaps, by Gumbel noise of scale 2·Δ/ε_EM = 4/ε_EM.
+
+    Δ is the module's ``SENSITIVITY`` (read at call time, as in :func:`ptr_offset` and :func:`ptr_passes`): the
+    one ``cost`` charges for; there is no parameter for it.
 
     Returns the 0-based gap index k*; the set it proposes is the first k*+1 tokens.
     """
     _check_positive("epsilon_em", epsilon_em)
-    _check_positive("sensitivity", sensitivity)
     g = gaps(sorted_counts, k_max)
-    return int(np.argmax(g + rng.gumbel(0.0, 2.0 * sensitivity / epsilon_em, size=g.size)))
+    return int(np.argmax(g + rng.gumbel(0.0, 2.0 * SENSITIVITY / epsilon_em, size=g.size)))
 
 
-def ptr_offset(noise_multiplier: float, delta0: float, sensitivity: float = SENSITIVITY) -> float:
-    """Φ⁻¹(1−δ0)·Δ·nm: the test's margin, so that an unstable gap passes with probability exactly δ0."""
+def ptr_offset(noise_multiplier: float, delta0: float) -> float:
+    """Φ⁻¹(1−δ0)·Δ·nm (Δ = ``SENSITIVITY``): the test's margin, so an unstable gap passes with probability δ0."""
     _check_positive("noise_multiplier", noise_multiplier)
     _check_probability("delta0", delta0)
-    _check_positive("sensitivity", sensitivity)
     # −Φ⁻¹(δ0) = Φ⁻¹(1−δ0) exactly: the value of scipy.stats.norm.isf(δ0), without its per-call overhead
-    return float(-ndtri(delta0)) * sensitivity * noise_multiplier
+    return float(-ndtri(delta0)) * SENSITIVITY * noise_multiplier
 
 
 def ptr_passes(
@@ -132,17 +132,16 @@ def ptr_passes(
     noise_multiplier: float,
     delta0: float,
     rng: np.random.Generator,
-    sensitivity: float = SENSITIVITY,
 ) -> bool:
-    """The PTR test (Alg 6): d̂ = max(2, gap) + N(0, (Δ·nm)²) − offset > 2.
+    """The PTR test (Alg 6): d̂ = max(2, gap) + N(0, (Δ·nm)²) − offset > 2, with Δ = ``SENSITIVITY``.
 
     When gap ≤ 2, d̂ − 2 = N(0, (Δ·nm)²) − offset, which is > 0 with probability δ0. Only the bit is used.
     """
     g = float(gap)
     if not math.isfinite(g):
         raise ValueError(f"gap must be finite, got {gap!r}")
-    offset = ptr_offset(noise_multiplier, delta0, sensitivity)
-    d_hat = max(STABLE_GAP, g) + rng.normal(0.0, sensitivity * noise_multiplier) - offset
+    offset = ptr_offset(noise_multiplier, delta0)
+    d_hat = max(STABLE_GAP, g) + rng.normal(0.0, SENSITIVITY * noise_multiplier) - offset
     return bool(d_hat > STABLE_GAP)
 
 

@@ -61,25 +61,25 @@ def noisy_histogram(
     histogram: np.ndarray,
     noise_multiplier: float,
     rng: np.random.Generator,
-    sensitivity: float = SENSITIVITY,
 ) -> np.ndarray:
-    """The vote histogram with iid N(0, (Δ·nm)²) noise on every class count (not itself released)."""
+    """The vote histogram with iid N(0, (Δ·nm)²) noise on every class count (not itself released).
+
+    Δ is the module's ``SENSITIVITY``, read at call time: the one ``cost`` charges for (no parameter for it)."""
     h = np.asarray(histogram, dtype=np.float64)
     if h.ndim != 1 or h.size < 1 or not np.isfinite(h).all():
         raise ValueError(f"histogram must be a non-empty finite 1-D array, got shape {h.shape}")
     if not noise_multiplier > 0:
         raise ValueError(f"noise_multiplier must be > 0, got {noise_multiplier}")
-    return h + rng.normal(0.0, sensitivity * noise_multiplier, size=h.shape[0])
+    return h + rng.normal(0.0, SENSITIVITY * noise_multiplier, size=h.shape[0])
 
 
 def noisy_argmax(
     histogram: np.ndarray,
     noise_multiplier: float,
     rng: np.random.Generator,
-    sensitivity: float = SENSITIVITY,
 ) -> int:
     """The released label: argmax of the noisy histogram (ties, probability 0, go to the lowest index)."""
-    return int(np.argmax(noisy_histogram(histogram, noise_multiplier, rng, sensitivity)))
+    return int(np.argmax(noisy_histogram(histogram, noise_multiplier, rng)))
 
 
 def run(votes: Sequence[int], n_classes: int, noise_multiplier: float, rng: np.random.Generator) -> int:

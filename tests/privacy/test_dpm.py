@@ -320,17 +320,55 @@ def test_bad_params_raise(change, match):
 
 
 @pytest.mark.parametrize(("points", "match"), [
-    (np.full((3, 2), 0.9), "normalise the embeddings"),
-    (np.array([[0.1, np.nan]]), "finite"),
-    (np.array([[0.1, np.inf]]), "finite"),
     (np.zeros(4), "n×d"),
     (np.zeros((0, 4)), "n×d"),
     (np.zeros((4, 0)), "n×d"),
     (np.zeros((2, 2, 2)), "n×d"),
 ])
-def test_bad_points_raise_without_echoing_values(points, match):
-    with pytest.raises(ValueError, match=match) as info:
+def test_bad_shapes_raise(points, match):
+    # the shape is public; the values of the (private) points never make cluster fail (next test)
+    with pytest.raises(ValueError, match=match):
         dpm.cluster(points, dpm.DPMParams(**GOOD), rng(11))
+
+
+def test_non_finite_and_over_norm_private_rows_are_replaced_not_refused():
+    # cluster runs after the query is charged: refusing a NaN or over-norm private embedding there would reveal
+    # it. Such a row must act as a public stand-in: the zero vector for a non-finite row, the unit-ball point in
+    # its direction for an over-norm row (as ESA clips) — the output equals that on the replaced data.
+    d = 8
+    points, _ = blobs(rng(16), per_blob=30, d=d)
+    bad, replaced = points.copy(), points.copy()
+    bad[0, 2] = np.nan
+    bad[1, 5] = -np.inf
+    bad[2] = -5.0 * np.eye(d)[6]  # norm 5
+    bad[3] = np.full(d, 1e308)  # finite, but its norm overflows
+    bad[4] = 0.9  # norm 0.9·√8 ≈ 2.5
+    replaced[0] = replaced[1] = 0.0
+    replaced[2] = -np.eye(d)[6]
+    replaced[3] = replaced[4] = np.full(d, 1 / math.sqrt(d))
+    params = dpm.DPMParams((1.0, 1.0), (1.0, 1.0), 0.5, 0.1)
+    for seed in range(5):
+        got, want = dpm.cluster(bad, params, rng(seed)), dpm.cluster(replaced, params, rng(seed))
+        assert [c.noisy_count for c in got] == [c.noisy_count for c in want]
+        for g, w in zip(got, want):
+            assert np.all(np.isfinite(g.centre))
+            np.testing.assert_allclose(g.centre, w.centre, rtol=0, atol=1e-12)
+    # exact, single leaf (L = 1, exact child counts): the released sum is that of the stand-ins, over all n rows
+    (leaf,) = dpm.cluster(bad, dpm.DPMParams((math.inf,), (0.0,), 0.0, 0.5), rng(17))
+    assert leaf.noisy_count == len(points)
+    np.testing.assert_allclose(leaf.centre * len(points), replaced.sum(axis=0), rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(np.isnan(bad).sum(), 1)  # the caller's array is left as it was
+
+
+@pytest.mark.parametrize(("points", "match"), [
+    (np.full((3, 2), 0.9), "normalise the embeddings"),
+    (np.array([[0.1, np.nan], [0.2, 0.1]]), "finite"),
+    (np.array([[0.1, np.inf], [0.2, 0.1]]), "finite"),
+])
+def test_bad_public_points_raise_without_echoing_values(points, match):
+    # the public points alone (interval_size) are still checked: their values depend on no private record
+    with pytest.raises(ValueError, match=match) as info:
+        dpm.interval_size(points, rng(11))
     assert "0.9" not in str(info.value)
 
 

@@ -65,24 +65,44 @@ def _check_int(name: str, value: int, minimum: int) -> int:
     return int(value)
 
 
-def _check_points(points: np.ndarray, name: str = "points", allow_empty: bool = False) -> np.ndarray:
-    """Float copy of an n×d array of finite rows with L2 norm ≤ 1 (+1e-6, then scaled to exactly ≤ 1).
+def _unit_ball_rows(x: np.ndarray) -> np.ndarray:
+    """In place: non-finite rows become the zero vector, rows with L2 norm > 1 are scaled to norm 1 (overflow-safe:
+    each row is pre-scaled by its max |x|, so a finite row whose norm overflows is still scaled to its direction)."""
+    x[~np.isfinite(x).all(axis=1)] = 0.0
+    scale = np.max(np.abs(x), axis=1, keepdims=True)  # d ≥ 1, so defined for n = 0 too
+    direction = x / np.where(scale > 0, scale, 1.0)
+    dir_norm = np.linalg.norm(direction, axis=1, keepdims=True)  # in [1, √d], or 0 for a zero row
+    with np.errstate(over="ignore"):  # a norm beyond the float range is simply > 1
+        over = (scale * dir_norm)[:, 0] > 1
+    x[over] = direction[over] / dir_norm[over]
+    return x
 
-    Never echoes point values: they may be private.
+
+def _check_points(points: np.ndarray, name: str = "points", allow_empty: bool = False, *,
+                  private: bool = True) -> np.ndarray:
+    """Float copy of an n×d array whose rows lie in the unit L2 ball.
+
+    ``private`` points (the default: the points DPM clusters hold private embeddings) are never refused for their
+    values, since by then the query has been charged and an error that depends on private data would itself leak
+    it. A row with NaN/inf counts as the zero vector (a fixed public value) and a row with L2 norm > 1 is scaled to
+    norm exactly 1 (as ESA clips; within 1e-6 of the ball this is mere rounding), each a function of that row
+    alone, so one replaced point still moves the leaf sums by ≤ 2. Public points (``private=False``) must already
+    be finite with norm ≤ 1 (+1e-6, then scaled to exactly 1), else ValueError. Only the shape, which is public,
+    is checked either way. Never echoes point values: they may be private.
     """
     x = np.array(points, dtype=np.float64)  # a copy: the caller's array is never modified
     if x.ndim != 2 or x.shape[1] < 1 or (x.shape[0] < 1 and not allow_empty):
         need = "n×d" if allow_empty else "non-empty n×d"
         raise ValueError(f"{name} must be a {need} array with d >= 1, got shape {x.shape}")
+    if private:
+        return _unit_ball_rows(x)
     if not np.all(np.isfinite(x)):
         raise ValueError(f"{name} must be finite (NaN or inf found); drop or re-embed those rows")
     norms = np.linalg.norm(x, axis=1)
     if np.any(norms > 1 + _NORM_TOL):
         raise ValueError(f"every row of {name} must have L2 norm <= 1 ({int(np.sum(norms > 1 + _NORM_TOL))} rows "
                          "exceed it); normalise the embeddings to unit norm first")
-    over = norms > 1  # within the tolerance: scale to exactly 1, so the sensitivity 2 holds exactly
-    x[over] /= norms[over, None]
-    return x
+    return _unit_ball_rows(x)  # within the tolerance: scale to exactly 1, so the sensitivity 2 holds exactly
 
 
 def level_shares(total: float, levels: int, first: int = 0) -> np.ndarray:
@@ -249,6 +269,9 @@ def _leaves(x: np.ndarray, params: DPMParams, rng: np.random.Generator) -> list[
 def cluster(points: np.ndarray, params: DPMParams, rng: np.random.Generator) -> list[Cluster]:
     """DPM on n unit-norm points: the leaves' noisy means and noisy counts, largest noisy count first.
 
+    A row that is not finite counts as the zero vector and a row with norm > 1 is scaled to norm 1 (never an
+    error: the query is already charged, and a failure that depends on private data would leak it).
+
     Every leaf is released, empty ones too (centre = noise / max(ñ, 1)): the set of leaves is determined by
     DP outputs only. The ordering uses the noisy counts, never the exact sizes (§12.1 item 9).
     """
@@ -278,7 +301,7 @@ def interval_size(public_points: np.ndarray, rng: np.random.Generator, percentil
     data on a 0–100 scale, scaled to the box), the same percentile of the gaps of m sorted N(0, σ′²) samples,
     averaged over ``repeats`` draws. With fewer than 2 public points there is no gap: β = (UPPER−LOWER)/2.
     """
-    x = _check_points(public_points, "public_points", allow_empty=True)
+    x = _check_points(public_points, "public_points", allow_empty=True, private=False)
     q = _check_number("percentile", percentile, positive=False)
     if q > 100:
         raise ValueError(f"percentile must be in [0, 100], got {percentile!r}")

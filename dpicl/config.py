@@ -75,6 +75,14 @@ class ModelConfig(_Strict):
     OpenAI-compatible server at `base_url`; its API key comes from the environment variable `api_key_env`,
     never from config. `device`, `dtype`, `threads` and `batch_size` apply to `hf` (and `vllm`: all but
     `batch_size`, as it schedules its own batches); a server decides them for itself.
+
+    `batch_invariant` (default true; DESIGN.md privacy invariant 10, docs/PRIVACY.md): each teacher's output is
+    a function of its own prompt alone. `hf` then runs every prompt in its own forward passes and `batch_size`
+    is unused. `false` opts out: `hf` batches `batch_size` prompts of similar length (faster), and the result of
+    one prompt may differ, in its last bits or a greedy token, with the other prompts of the call, so one record
+    can change more than one teacher's output and the per-record sensitivity the noise is calibrated to is not
+    guaranteed. `vllm` (continuous batching, prefix caching) and `openai` (a server batches requests as it
+    likes) cannot guarantee it: they are refused unless the config says `batch_invariant: false`.
     """
 
     llm: str = "smollm2"
@@ -83,6 +91,9 @@ class ModelConfig(_Strict):
     dtype: str = "float32"
     threads: int | None = Field(None, ge=1)
     batch_size: int = Field(16, ge=1)
+    # false: faster batched inference, teacher outputs may depend on the batch (privacy caveat, docs/PRIVACY.md);
+    # required for vllm and openai, which cannot be batch invariant
+    batch_invariant: bool = True
     # vllm: the engine's context length (default: the model's)
     max_model_len: int | None = Field(None, ge=1)
     # openai: the server's base URL (up to /v1), e.g. a `vllm serve` container
@@ -104,6 +115,14 @@ class ModelConfig(_Strict):
             raise ValueError("base_url must start with http:// or https://")
         return v.rstrip("/")
 
+    @model_validator(mode="after")
+    def _batch_invariance_possible(self) -> ModelConfig:
+        if self.backend != "hf" and self.batch_invariant:
+            from dpicl.inference.base import batch_dependence_message
+
+            raise ValueError(batch_dependence_message(self.backend))
+        return self
+
     @model_serializer(mode="wrap")
     def _without_unset_backend_options(self, handler):
         # Artifact keys and run hashes include this dump: leaving out backend options at their defaults keeps
@@ -115,8 +134,10 @@ class ModelConfig(_Strict):
         return data
 
 
-_BACKEND_OPTIONS = ("max_model_len", "base_url", "api_key_env", "timeout", "max_concurrency", "max_retries",
-                    "tokenizer")
+# Left out of the dump at their defaults. batch_invariant: an opt-out changes the outputs, so it is in the keys
+# when false; the default keeps the keys of configs written before the option existed.
+_BACKEND_OPTIONS = ("batch_invariant", "max_model_len", "base_url", "api_key_env", "timeout", "max_concurrency",
+                    "max_retries", "tokenizer")
 
 
 class GenerationConfig(_Strict):

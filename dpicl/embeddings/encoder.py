@@ -2,6 +2,12 @@
 
 The embedded default is all-MiniLM-L6-v2 (384-d), loaded offline from its PyPI package. Vectors come back
 unit-normalized, so inner product is cosine similarity (what the FAISS candidate search relies on).
+
+Batch invariance (DESIGN.md, privacy invariant 10): by default every text is encoded in its own forward pass
+(no padding to a longer neighbour), so a private text's embedding, down to its bits, does not depend on the
+other texts of the call. Batched encoding (`batch_invariant=False`) is faster, but sentence-transformers sorts a
+call's texts by length and pads each batch to its longest: one text's vector may then change in its last bits
+when another text of the call changes, which breaks the sensitivity of the teachers' embedding sum.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ class Encoder:
     """Encodes batches of texts into float32 unit vectors (n × dim).
 
     `threads` sets torch's intra-op threads for the whole process (on 2 shared cores 1 is often fastest).
+    `batch_invariant` (default True): one text per forward pass (module docstring); `batch_size` applies only
+    when it is False.
     """
 
     def __init__(
@@ -25,6 +33,7 @@ class Encoder:
         batch_size: int = 64,
         device: str = "cpu",
         threads: int | None = None,
+        batch_invariant: bool = True,
     ) -> None:
         import torch
         from sentence_transformers import SentenceTransformer
@@ -35,7 +44,10 @@ class Encoder:
             if threads < 1:
                 raise ValueError(f"threads must be >= 1, got {threads}")
             torch.set_num_threads(threads)
+        if not isinstance(batch_invariant, bool):
+            raise TypeError("batch_invariant must be a bool")
         self.batch_size = batch_size
+        self.batch_invariant = batch_invariant
         self.model_path = resolve_encoder(model)
         self._model = SentenceTransformer(str(self.model_path), device=device, local_files_only=True)
         dim = self._model.get_embedding_dimension()
@@ -54,7 +66,9 @@ class Encoder:
             return np.zeros((0, self._dim), dtype=np.float32)
         vectors = self._model.encode(
             list(texts),
-            batch_size=self.batch_size,
+            # One text per forward pass: its own shape, no padding (sentence-transformers pads a batch to its
+            # longest text), so its vector is a function of that text alone.
+            batch_size=1 if self.batch_invariant else self.batch_size,
             normalize_embeddings=True,
             convert_to_numpy=True,
             show_progress_bar=progress,

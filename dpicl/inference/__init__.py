@@ -22,6 +22,7 @@ from typing import Any  # noqa: E402
 
 from dpicl.inference.base import (  # noqa: E402
     Backend,
+    BatchDependenceError,
     GenerationParams,
     ModelNotAvailableError,
     postprocess,
@@ -29,7 +30,7 @@ from dpicl.inference.base import (  # noqa: E402
 
 BACKENDS = ("hf", "vllm", "openai")
 
-__all__ = ["BACKENDS", "Backend", "GenerationParams", "ModelNotAvailableError", "backend_options", "load_backend",
+__all__ = ["BACKENDS", "Backend", "BatchDependenceError", "GenerationParams", "ModelNotAvailableError", "backend_options", "load_backend",
            "postprocess"]
 
 # What to install when an optional backend's library is missing.
@@ -37,7 +38,11 @@ _EXTRAS = {"vllm": "vllm", "openai": "httpx"}
 
 
 def load_backend(name: str = "hf", **kwargs: Any) -> Backend:
-    """Build the backend `name` with its constructor's keyword arguments (`model`, `device`, ...)."""
+    """Build the backend `name` with its constructor's keyword arguments (`model`, `device`, ...).
+
+    Teacher outputs must not depend on the batch (privacy invariant 10): `hf` is batch invariant by default;
+    `vllm` and `openai` cannot be and raise `BatchDependenceError` unless given `batch_invariant=False`.
+    """
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
     if name in _EXTRAS:
@@ -67,7 +72,7 @@ def backend_options(model: Any) -> dict[str, Any]:
     `load_backend(cfg.model.backend, **backend_options(cfg.model))` builds the configured backend.
     """
     options: dict[str, Any] = dict(model=model.llm, device=model.device, dtype=model.dtype, threads=model.threads,
-                                   batch_size=model.batch_size)
+                                   batch_size=model.batch_size, batch_invariant=model.batch_invariant)
     if model.backend == "vllm" and model.max_model_len is not None:
         options["max_model_len"] = model.max_model_len
     if model.backend == "openai":

@@ -161,6 +161,35 @@ def require(backend: object, capability: str) -> None:
             "use a backend that provides it (the 'hf' backend does)")
 
 
+class BatchDependenceError(ValueError):
+    """A backend that cannot make teacher outputs batch invariant was asked to (privacy invariant 10)."""
+
+
+def batch_dependence_message(backend: str) -> str:
+    """Why `backend` is refused unless batch invariance is given up explicitly (shared with the backends)."""
+    how = ("vLLM batches prompts continuously and shares a prefix cache between them" if backend == "vllm" else
+           "the server batches concurrent requests as it likes")
+    return (f"the {backend!r} backend cannot guarantee batch-invariant teacher outputs ({how}): one teacher's "
+            "output may depend on the other prompts it is batched with, so one private record could change "
+            "more than one teacher's output, beyond the sensitivity the noise is calibrated to. Use the 'hf' "
+            "backend, or accept this explicitly with `model.batch_invariant: false` (batch_invariant=False; "
+            "docs/PRIVACY.md)")
+
+
+def refuse_batch_dependence(backend: str, batch_invariant: bool) -> None:
+    """Raise `BatchDependenceError` unless the caller gave up batch invariance explicitly
+    (`batch_invariant=False`), and log a warning when it is given up."""
+    if not isinstance(batch_invariant, bool):
+        raise TypeError("batch_invariant must be a bool")
+    if batch_invariant:
+        raise BatchDependenceError(batch_dependence_message(backend))
+    import logging
+
+    logging.getLogger("dpicl.inference").warning(
+        "backend %r with batch_invariant=False: teacher outputs may depend on the other prompts of a batch "
+        "(docs/PRIVACY.md)", backend)
+
+
 class ModelNotAvailableError(RuntimeError):
     """A model the configuration names is not installed locally (we never download at run time)."""
 

@@ -1,16 +1,29 @@
-"""The `hf` backend: batched generation with transformers, on CPU by default and on CUDA when present.
+"""The `hf` backend: generation with transformers, on CPU by default and on CUDA when present.
 
-Prompts are tokenized once, sorted by length into micro-batches (little padding), left-padded (decoder-only
-models continue from the right end), generated, and returned in input order. Generation of a sequence ends at
-EOS, at `max_new_tokens`, or as soon as it contains a stop string after its leading whitespace.
+Batch invariance (DESIGN.md, privacy invariant 10; docs/PRIVACY.md). By default (`batch_invariant=True`) every
+prompt runs in its own forward passes: its own shape, no padding, its own KV cache, and (seeded sampling) its own
+random stream, seeded from the call's seed and its position. So each output, down to the bits of every float, is
+a function of its own prompt alone (and of public quantities: the model, the parameters, the position), never of
+the other prompts of the call. This matters because floating-point results depend on the batch's shape: in a
+padded batch, adding one record to one teacher's prompt (a longer prompt, so more padding for the others) changes
+the other teachers' logits in the last bits, and sometimes their greedy tokens, which would break the sensitivity
+bound "one record changes one teacher's output" and the amplification by subsampling.
+
+`batch_invariant=False` (config `model.batch_invariant: false`) is the faster batched path, with that privacy
+caveat: prompts are tokenized once, sorted by length into micro-batches of `batch_size` (little padding),
+left-padded (decoder-only models continue from the right end), generated, and returned in input order.
+Generation of a sequence ends at EOS, at `max_new_tokens`, or as soon as it contains a stop string after its
+leading whitespace.
 
 `label_logprobs` scores classification labels the same way (the optional capability of `base.Backend`): one
 forward pass per micro-batch, and the next-token log-probabilities at the last (prediction) position, read at
-the first token of each label: the local form of the OpenAI `logit_bias` + `max_tokens=1` trick.
+the first token of each label: the local form of the OpenAI `logit_bias` + `max_tokens=1` trick (one prompt
+per forward pass when batch invariant).
 
 `next_token_logprobs` (the optional capability of `base.TokenScorer`) gives the next-token log-probabilities of
 a prompt set sharing one generated suffix, keeping the prompts' KV caches between calls (a small LRU of
-sessions) so that each decoding step feeds only the new suffix tokens.
+sessions) so that each decoding step feeds only the new suffix tokens. When batch invariant, each prompt of a set
+has its own KV cache and forward passes, so one prompt's distribution does not depend on another's.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, Stop
 
 from dpicl.inference.base import GenerationParams, has_stop, postprocess, token_id_tuple
 from dpicl.inference.models import resolve_llm
+from dpicl.inference.openai_compat import row_seeds
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -38,13 +52,23 @@ DEFAULT_CPU_THREADS = 1
 
 
 @dataclass
-class _TokenSession:
-    """The state of one prompt set after `prompt + suffix`: its KV cache, the left-padded attention mask it was
-    built with, each row's next position, the suffix fed so far, and the log-probabilities after it."""
+class _TokenGroup:
+    """Rows of a prompt set that share forward passes (one row each when batch invariant, else all of them): their
+    KV cache, the left-padded attention mask it was built with, each row's next position, and the
+    log-probabilities after the suffix fed so far."""
 
     cache: DynamicCache
     mask: torch.Tensor  # (n, length), long
     next_pos: torch.Tensor  # (n, 1), long: each row's number of real tokens
+    logprobs: torch.Tensor  # (n, vocab_size), float32
+
+
+@dataclass
+class _TokenSession:
+    """The state of one prompt set after `prompt + suffix`: its groups (in input order, rows consecutive), the
+    suffix fed so far, and the log-probabilities of all rows after it."""
+
+    groups: list[_TokenGroup]
     suffix: tuple[int, ...]
     logprobs: torch.Tensor  # (n, vocab_size), float32
 
@@ -54,6 +78,11 @@ class HFBackend:
 
     `threads` sets torch's intra-op threads for the whole process (torch has no per-model setting); on CPU
     `None` means `DEFAULT_CPU_THREADS`, on CUDA it leaves torch's setting alone.
+
+    `batch_invariant` (default True): every prompt in its own forward passes, so its output does not depend on
+    the other prompts of a call (module docstring; privacy invariant 10). False batches `batch_size` prompts of
+    similar length together (faster; outputs may then differ in their last bits, or in a greedy token, with
+    the other prompts of the call: docs/PRIVACY.md). `batch_size` applies only then.
     """
 
     name = "hf"
@@ -67,7 +96,10 @@ class HFBackend:
         dtype: str = "float32",
         threads: int | None = None,
         batch_size: int = 16,
+        batch_invariant: bool = True,
     ) -> None:
+        if not isinstance(batch_invariant, bool):
+            raise TypeError("batch_invariant must be a bool")
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
         if batch_size < 1:
@@ -82,6 +114,7 @@ class HFBackend:
                 raise ValueError(f"threads must be >= 1, got {threads}")
             torch.set_num_threads(threads)
         self.batch_size = batch_size
+        self.batch_invariant = batch_invariant
         self.model_path = resolve_llm(model)
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
@@ -145,10 +178,14 @@ class HFBackend:
             raise RuntimeError("this backend has been closed")
 
     def _micro_batches(self, ids: list[list[int]]) -> list[list[int]]:
-        """Indices of `ids` in micro-batches of at most `batch_size`, longest prompts first.
+        """Indices of `ids` in micro-batches.
 
-        Similar lengths share a micro-batch (little padding), and an out-of-memory error shows up at once.
+        Batch invariant: one prompt each, in input order (a shape that depends on that prompt alone). Otherwise
+        at most `batch_size`, longest prompts first: similar lengths share a micro-batch (little padding), and an
+        out-of-memory error shows up at once.
         """
+        if self.batch_invariant:
+            return [[i] for i in range(len(ids))]
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
         return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
 
@@ -193,8 +230,9 @@ class HFBackend:
         """Log-probabilities, shape (len(prompts), len(continuations)), of each continuation's first token as
         the next token after each prompt (log-softmax over the full vocabulary, computed in float32).
 
-        One forward pass per micro-batch; with left padding the last position is the prediction position.
-        Rows come back in input order and do not depend on which other prompts share the batch.
+        One forward pass per micro-batch (per prompt when batch invariant: then a row's bits do not depend on
+        the other prompts); with left padding the last position is the prediction position. Rows come back in
+        input order.
         """
         self._check_prompts(prompts)
         label_ids = self.label_token_ids(continuations)
@@ -246,8 +284,9 @@ class HFBackend:
         row's first real token) and, with `cache=True`, replaces the prompt set's session. `cache=False` (for
         prompt sets used once) neither reads nor stores a session, so the cached ones stay.
 
-        The whole prompt set is one batch (no micro-batching, unlike `generate`): callers keep sets small (up
-        to about 100 sequences). A kept session holds its KV cache in memory until it is pushed out,
+        Batch invariant (the default): each prompt has its own KV cache and forward passes, so its row does not
+        depend on the other prompts of the set. Otherwise the whole prompt set is one batch (callers keep sets
+        small, up to about 100 sequences). A kept session holds its KV caches in memory until it is pushed out,
         `clear_token_cache()` or `close()`.
         """
         self._check_prompts(prompts)
@@ -278,12 +317,18 @@ class HFBackend:
         return np.array(logprobs.cpu().numpy(), dtype=np.float32, copy=True)
 
     def _prefill_session(self, prompts: tuple[str, ...], suffix: tuple[int, ...], cache: bool) -> _TokenSession:
-        """One forward pass over `prompt + suffix` for all prompts; the KV cache only when `cache`."""
+        """Forward passes over `prompt + suffix` (one per prompt when batch invariant, else one for all); the KV
+        caches only when `cache`."""
         rows = [[*row, *suffix] for row in self._encode(prompts)]
         for i, row in enumerate(rows):
             if not row:
                 raise ValueError(f"prompt {i} has no tokens and the suffix is empty: there is nothing to predict "
                                  "the next token from")
+        groups = [[i] for i in range(len(rows))] if self.batch_invariant else [list(range(len(rows)))]
+        parts = [self._prefill_group([rows[i] for i in group], cache) for group in groups]
+        return _TokenSession(groups=parts, suffix=suffix, logprobs=self._joined(parts))
+
+    def _prefill_group(self, rows: list[list[int]], cache: bool) -> _TokenGroup:
         enc = self._pad(rows)
         mask = enc["attention_mask"].long()
         # Positions as `generate` computes them: counted from each row's first real token.
@@ -291,27 +336,36 @@ class HFBackend:
         past = DynamicCache(config=self.model.config) if cache else None
         out = self.model(input_ids=enc["input_ids"], attention_mask=mask, position_ids=positions,
                          past_key_values=past, use_cache=cache, **self._last_logits_only())
-        return _TokenSession(
+        return _TokenGroup(
             cache=past,  # type: ignore[arg-type]
             mask=mask,
             next_pos=mask.sum(-1, keepdim=True),
-            suffix=suffix,
             logprobs=torch.log_softmax(out.logits[:, -1, :].float(), dim=-1),
         )
 
     def _extend_session(self, session: _TokenSession, new: tuple[int, ...]) -> None:
-        """Feed the `new` suffix tokens (the same for every row) on top of the session's KV cache."""
-        n, k = session.mask.shape[0], len(new)
+        """Feed the `new` suffix tokens (the same for every row) on top of the session's KV caches."""
+        for group in session.groups:
+            self._extend_group(group, new)
+        session.suffix = session.suffix + new
+        session.logprobs = self._joined(session.groups)
+
+    def _extend_group(self, group: _TokenGroup, new: tuple[int, ...]) -> None:
+        n, k = group.mask.shape[0], len(new)
         input_ids = torch.tensor([list(new)] * n, dtype=torch.long, device=self.device)
         # Each row continues its own positions (rows are left-padded to different lengths).
-        positions = session.next_pos + torch.arange(k, device=self.device)
-        mask = torch.cat([session.mask, session.mask.new_ones((n, k))], dim=-1)
+        positions = group.next_pos + torch.arange(k, device=self.device)
+        mask = torch.cat([group.mask, group.mask.new_ones((n, k))], dim=-1)
         out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                         past_key_values=session.cache, use_cache=True, **self._last_logits_only())
-        session.mask = mask
-        session.next_pos = session.next_pos + k
-        session.suffix = session.suffix + new
-        session.logprobs = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
+                         past_key_values=group.cache, use_cache=True, **self._last_logits_only())
+        group.mask = mask
+        group.next_pos = group.next_pos + k
+        group.logprobs = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
+
+    @staticmethod
+    def _joined(groups: list[_TokenGroup]) -> torch.Tensor:
+        """All rows' log-probabilities in input order (groups hold consecutive rows, in order)."""
+        return groups[0].logprobs if len(groups) == 1 else torch.cat([g.logprobs for g in groups])
 
     def clear_token_cache(self) -> None:
         """Drop the KV caches `next_token_logprobs` keeps (their memory is freed)."""
@@ -340,11 +394,16 @@ class HFBackend:
         # A seeded call runs in a forked RNG so the caller's global torch RNG is untouched; an unseeded one
         # must not fork, or every call would restore, and so repeat, the same random stream.
         seeded = params.seed is not None
+        # Batch invariant: each prompt samples from its own stream (the call's seed and its position), not from
+        # where the prompts before it, whose lengths are private, left a shared one.
+        seeds = row_seeds(params.seed, len(ids)) if seeded and self.batch_invariant and not params.greedy else None
         cuda = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=cuda, enabled=seeded):
             if seeded:
                 torch.manual_seed(params.seed)
             for batch in tqdm(batches, desc="generate", unit="batch", disable=not progress):
+                if seeds is not None:
+                    torch.manual_seed(seeds[batch[0]])
                 texts = self._generate_batch([ids[i] for i in batch], params)
                 for i, text in zip(batch, texts, strict=True):
                     outputs[i] = postprocess(text, params.stop)

@@ -31,6 +31,7 @@ from dpicl.inference.base import (
     TokenizerText,
     UnsupportedCapabilityError,
     postprocess,
+    refuse_batch_dependence,
     token_id_tuple,
 )
 
@@ -146,6 +147,10 @@ class OpenAIBackend(TokenizerText):
     `device`, `dtype`, `threads` and `batch_size` are the server's business and accepted only so that one config
     can switch backends. `tokenizer` (a local model directory or an embedded name) is loaded on first use by the
     log-probability methods.
+
+    The server batches concurrent requests as it likes (and may share a prefix cache between them), so this
+    backend is not batch invariant (privacy invariant 10): it raises `BatchDependenceError` unless
+    `batch_invariant=False` accepts that explicitly (docs/PRIVACY.md).
     """
 
     name = "openai"
@@ -167,7 +172,9 @@ class OpenAIBackend(TokenizerText):
         dtype: str = "float32",
         threads: int | None = None,
         batch_size: int = 16,
+        batch_invariant: bool = True,
     ) -> None:
+        refuse_batch_dependence("openai", batch_invariant)
         import httpx
 
         if max_concurrency < 1:

@@ -19,7 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from dpicl.inference.base import GenerationParams, TokenizerText, postprocess, token_id_tuple
+from dpicl.inference.base import (
+    GenerationParams,
+    TokenizerText,
+    postprocess,
+    refuse_batch_dependence,
+    token_id_tuple,
+)
 from dpicl.inference.models import cache_dir, resolve_llm
 from dpicl.inference.openai_compat import (
     MAX_SELECTED_IDS,
@@ -76,6 +82,10 @@ class VLLMBackend(TokenizerText):
     build is CPU-only), and a mismatch with an explicit `device` is an error. `enforce_eager` defaults to True on
     CPU (torch.compile costs minutes per start there) and False on CUDA (CUDA graphs). `batch_size` is accepted
     so one config can switch backends; vLLM schedules its own batches. `engine_kwargs` go to `vllm.LLM`.
+
+    Continuous batching and prefix caching make an output depend on what else the engine is running and has
+    cached, so this backend is not batch invariant (privacy invariant 10): it raises `BatchDependenceError`
+    unless `batch_invariant=False` accepts that explicitly (docs/PRIVACY.md).
     """
 
     name = "vllm"
@@ -92,8 +102,10 @@ class VLLMBackend(TokenizerText):
         enforce_eager: bool | None = None,
         gpu_memory_utilization: float | None = None,
         seed: int = 0,
+        batch_invariant: bool = True,
         **engine_kwargs: Any,
     ) -> None:
+        refuse_batch_dependence("vllm", batch_invariant)
         if device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda' for the vllm backend, got {device!r}")
         if threads is not None and threads < 1:

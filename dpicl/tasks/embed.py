@@ -34,13 +34,18 @@ def embed(config_path: str, db_path: str, run_id: str, outputs: dict[str, dict[s
         }
         jobs = [(q, "teachers", "teacher_outputs", True) for q in outputs]
         jobs += [(q, name, source, False) for q in outputs if not has_artifact(con, keys[q][name])]
-        flat = [t for q, _, src, _ in jobs for t in texts[outputs[q][src]]]
-        vectors = context.encoder(cfg).encode(flat, progress=True) if flat else np.zeros((0, 0), np.float32)
-        start = 0
-        for q, kind, src, private in jobs:
-            n = len(texts[outputs[q][src]])
-            put_artifact(con, keys[q][kind], "teacher_embeddings" if private else stage,
-                         cfg.backlog, q, vectors[start:start + n], private=private, run_id=run_id)
-            start += n
-    get_run_logger().info("embedded %d texts", len(flat))
+        embedded = 0
+        # Private teacher outputs and public texts in separate encoder calls (privacy invariant 10): a public
+        # embedding, which is released, never shares a batch with private texts.
+        for part in ([j for j in jobs if j[3]], [j for j in jobs if not j[3]]):
+            flat = [t for q, _, src, _ in part for t in texts[outputs[q][src]]]
+            vectors = context.encoder(cfg).encode(flat, progress=True) if flat else np.zeros((0, 0), np.float32)
+            embedded += len(flat)
+            start = 0
+            for q, kind, src, private in part:
+                n = len(texts[outputs[q][src]])
+                put_artifact(con, keys[q][kind], "teacher_embeddings" if private else stage,
+                             cfg.backlog, q, vectors[start:start + n], private=private, run_id=run_id)
+                start += n
+    get_run_logger().info("embedded %d texts", embedded)
     return keys

@@ -49,3 +49,31 @@ def test_batching_does_not_change_vectors(encoder):
 def test_rejects_bare_string(encoder):
     with pytest.raises(TypeError):
         encoder.encode("not a list")
+
+
+PRIVATE = ["Anna and Ben meet at the cafe at five.", "Tom lost his keys and will call the front desk."]
+# The other text of the call: short, or much longer (a longer batch, so more padding for the private texts).
+OTHERS = ["x", "Mia thinks Tom left his keys at the office yesterday evening. " * 12]
+
+
+def test_a_text_s_embedding_bits_do_not_depend_on_the_other_texts(encoder):
+    """Privacy invariant 10: one text's vector, to the bit, whatever the other texts of the call are."""
+    assert encoder.batch_invariant  # the default
+    reference = encoder.encode([*PRIVATE, OTHERS[0]])[:2]
+    assert encoder.encode([*PRIVATE, OTHERS[1]])[:2].tobytes() == reference.tobytes()
+    assert encoder.encode([OTHERS[1], *PRIVATE])[1:].tobytes() == reference.tobytes()  # another position
+    crowd = [f"extra text number {i}" for i in range(70)]  # more than one batch of `batch_size`
+    assert encoder.encode([*crowd, *PRIVATE])[70:].tobytes() == reference.tobytes()
+    assert encoder.encode(PRIVATE[:1]).tobytes() == reference[:1].tobytes()  # alone
+
+
+def test_batched_encoding_depends_on_the_batch(encoder):
+    """The inputs above are sensitive: batched (`batch_invariant=False`, the encoder's behaviour before), the
+    longer other text changes the private texts' vectors in their last bits (observed: up to 1e-7)."""
+    encoder.batch_invariant = False
+    try:
+        short, long = (encoder.encode([*PRIVATE, other])[:2] for other in OTHERS)
+    finally:
+        encoder.batch_invariant = True
+    assert short.tobytes() != long.tobytes()
+    np.testing.assert_allclose(short, long, atol=1e-5, rtol=0)  # only the last bits

@@ -24,7 +24,7 @@ def server():
 
 
 def backend_for(server: FakeServer, **kwargs) -> OpenAIBackend:
-    kwargs = {"backoff": 0.02, "max_backoff": 1.0, "timeout": 5.0, **kwargs}
+    kwargs = {"backoff": 0.02, "max_backoff": 1.0, "timeout": 5.0, "batch_invariant": False, **kwargs}
     return load_backend("openai", model="fake-model", base_url=server.base_url, **kwargs)
 
 
@@ -136,7 +136,8 @@ def test_giving_up_names_attempts_and_status_not_the_prompt(server, caplog):
 def test_an_unreachable_server_fails_after_retries(server):
     url = server.base_url
     server.__exit__()  # nothing listens there any more
-    backend = load_backend("openai", model="m", base_url=url, backoff=0.01, max_retries=2, timeout=2.0)
+    backend = load_backend("openai", model="m", base_url=url, backoff=0.01, max_retries=2, timeout=2.0,
+                           batch_invariant=False)
     with pytest.raises(OpenAICompatError) as err:
         backend.generate([SECRET], GenerationParams())
     message = chain_text(err.value)
@@ -158,15 +159,16 @@ def test_api_key_from_the_environment_only(server, monkeypatch, caplog):
 
 def test_config_selects_and_configures_the_backend(server):
     model = ModelConfig(backend="openai", llm="fake-model", base_url=server.base_url + "/", max_concurrency=2,
-                        max_retries=1, timeout=3.0)
+                        max_retries=1, timeout=3.0, batch_invariant=False)
     options = backend_options(model)
     assert options["base_url"] == server.base_url and options["max_concurrency"] == 2
+    assert options["batch_invariant"] is False
     backend = load_backend(model.backend, **options)
     assert backend.max_concurrency == 2 and backend.max_retries == 1
     assert backend.generate(["cfg"], GenerationParams(stop=("\n",))) == ["ECHO(cfg)"]
     assert "base_url" not in ModelConfig().model_dump()  # defaults stay out of artifact keys
     with pytest.raises(ValueError):
-        ModelConfig(backend="openai", base_url="localhost:8000")
+        ModelConfig(backend="openai", base_url="localhost:8000", batch_invariant=False)
     with pytest.raises(ValueError):
         ModelConfig(backend="tgi")
 
@@ -177,7 +179,7 @@ def test_the_pipeline_builds_the_configured_backend(server):
 
     cfg = Config.model_validate({"name": "x", "private_dataset": "p", "backlog": "b",
                                  "model": {"backend": "openai", "llm": "fake-model", "base_url": server.base_url,
-                                           "max_concurrency": 3, "max_retries": 2}})
+                                           "max_concurrency": 3, "max_retries": 2, "batch_invariant": False}})
     backend = context.backend(cfg)
     assert (backend.max_concurrency, backend.max_retries) == (3, 2)
     assert backend.generate(["cfg"], GenerationParams(stop=("\n",))) == ["ECHO(cfg)"]

@@ -118,16 +118,19 @@ def test_batched_shared_suffix_equals_each_prompt_alone(fed, fresh):
     backend = fresh
     tokens = backend.encode_text(CONTINUATION)
     lengths = [1, 2, 4, 7]  # a prefill with a suffix, then steps of one, two and three tokens
+    shapes = []
     for n in lengths:
+        before = len(fed)
         batched = backend.next_token_logprobs(PROMPTS, tokens[:n])
+        shapes.append(fed[before:])
         assert batched.shape == (len(PROMPTS), backend.vocab_size) and batched.dtype == np.float32
         assert_top_close(batched, alone(backend, PROMPTS, tokens[:n]))
     # The rows differ, so the comparison above would catch rows out of input order.
     assert all(not np.allclose(batched[i], batched[j], atol=1e-2) for i in range(3) for j in range(i))
-    batched_shapes = [shape for shape in fed if shape[0] == len(PROMPTS)]
-    widths = [shape[1] for shape in batched_shapes]
-    assert widths[1:] == [1, 2, 3]  # only the new tokens after the first prefill
-    assert widths[0] == max(backend.count_tokens(PROMPTS)) + 1
+    # Batch invariant (the default): each prompt in its own forward passes, one row each and no padding: the
+    # prefill of prompt + first suffix token, then only the new tokens.
+    assert shapes[0] == [(1, n + 1) for n in backend.count_tokens(PROMPTS)]
+    assert shapes[1:] == [[(1, k)] * len(PROMPTS) for k in (1, 2, 3)]
 
 
 def test_cached_path_equals_full_prefill(fresh):
@@ -156,7 +159,7 @@ def test_non_extending_suffix_reprefills(fed, fresh):
     backend = fresh
     tokens = backend.encode_text(CONTINUATION)
     backend.next_token_logprobs(PROMPTS, tokens[:5])
-    width = max(backend.count_tokens(PROMPTS))
+    counts = backend.count_tokens(PROMPTS)
     cases = [
         [*tokens[:4], tokens[6]],  # as long as the fed suffix, a different last token
         tokens[:3],  # shorter
@@ -165,13 +168,14 @@ def test_non_extending_suffix_reprefills(fed, fresh):
     for suffix in cases:
         fed.clear()
         got = backend.next_token_logprobs(PROMPTS, suffix)
-        assert fed == [(len(PROMPTS), width + len(suffix))]  # a full prefill of prompt + suffix
+        # a full prefill of prompt + suffix (each prompt in its own forward pass: batch invariant)
+        assert fed == [(1, n + len(suffix)) for n in counts]
         assert_top_close(got, alone(backend, PROMPTS, suffix))
     # and the re-prefilled session extends again
     fed.clear()
     extended = [*cases[-1], tokens[4]]
     got = backend.next_token_logprobs(PROMPTS, extended)
-    assert fed == [(len(PROMPTS), 1)]
+    assert fed == [(1, 1)] * len(PROMPTS)
     assert_top_close(got, alone(backend, PROMPTS, extended))
 
 
@@ -184,7 +188,7 @@ def test_lru_keeps_a_persistent_prompt_set(fed, fresh):
         backend.next_token_logprobs([f"{LIST} {step}", SHORT], tokens[:step], cache=False)
         fed.clear()
         backend.next_token_logprobs(persistent, tokens[: step + 1])
-        assert fed == [(2, 1)]  # still cached: only the new token
+        assert fed == [(1, 1)] * 2  # still cached: only the new token (per prompt: batch invariant)
     assert list(backend._token_sessions) == [tuple(persistent)]
     # One-off sets that are cached push the least recently used out: up to `token_cache_sessions` are kept.
     for step in range(backend.token_cache_sessions):

@@ -36,7 +36,7 @@ from dpicl.storage import get_dataset, load_records
 from dpicl.storage.db import connect
 from dpicl.storage.ingest import ingest_source
 from dpicl.tasks import context
-from dpicl.tasks.aggregate import AGGREGATORS
+from dpicl.tasks.aggregate import aggregate_as_planned
 from dpicl.tasks.infer import greedy_params, label_votes
 from dpicl.tasks.run import plan_options
 
@@ -166,8 +166,7 @@ def main() -> None:
                 plan = None if eps == INF else planning.plan(method, sampling_rate=rate, queries=len(queries),
                                                              epsilon=eps, delta=delta, **plan_options(cfg))
             with stage(f"{method}: aggregate"):
-                _, aggregator = AGGREGATORS[method]
-                results = [nonprivate(cfg, f, rng) if plan is None else aggregator(cfg, plan, f, rng)
+                results = [nonprivate(cfg, f, rng) if plan is None else aggregate_as_planned(cfg, plan, f, rng)
                            for f in features]
             with stage(f"{method}: release"):
                 if method == "esa":

@@ -34,7 +34,7 @@ from dpicl.storage import get_dataset, load_records
 from dpicl.storage.db import connect
 from dpicl.storage.ingest import ingest_source
 from dpicl.tasks import context
-from dpicl.tasks.aggregate import AGGREGATORS
+from dpicl.tasks.aggregate import aggregate_as_planned
 from dpicl.tasks.infer import greedy_params
 from dpicl.tasks.prompt import public_key
 from dpicl.tasks.release import sga_prompt
@@ -128,8 +128,7 @@ def main() -> None:
                 plan = None if eps == INF else planning.plan(method, sampling_rate=rate, queries=len(queries),
                                                              epsilon=eps, delta=delta, **plan_options(mcfg))
             with stage(f"{method}: aggregate"):
-                _, aggregator = AGGREGATORS[method]
-                results = [nonprivate(mcfg, f, rng) if plan is None else aggregator(mcfg, plan, f, rng)
+                results = [nonprivate(mcfg, f, rng) if plan is None else aggregate_as_planned(mcfg, plan, f, rng)
                            for f in features]
             with stage(f"{method}: release"):
                 if method == "sga":

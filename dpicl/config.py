@@ -273,6 +273,8 @@ class DPSMozoConfig(_TokenMethodConfig):
     shots: int = Field(1, ge=1)
     alpha: int | None = Field(None, ge=2)
     beta: float | None = Field(None, gt=0)
+    # shots > 1: spend the budget on paper 000's unproven (α, 4βα) claim for the product of several mixtures
+    accept_unproven_guarantee: bool = False
     # DPS-MOZO+Off (`synthesize_demos`): demonstrations to write, the outputs of as many public inputs
     demos: int = Field(4, ge=1)
 
@@ -294,8 +296,6 @@ class AdaPMixEDConfig(_TokenMethodConfig):
     threshold: float = Field(4.5, gt=0)
 
 
-    # shots > 1: spend the budget on paper 000's unproven (α, 4βα) claim for the product of several mixtures
-    accept_unproven_guarantee: bool = False
 class DPFewShotConfig(_TokenMethodConfig):
     """DP few-shot generation (paper 002), for the `synthesize_demos` flow: `demos` synthetic demonstrations
     (per label for classification), each token from a fresh Poisson sample of the private data split into
@@ -419,8 +419,19 @@ class Config(_Strict):
     synthetic: SyntheticConfig | None = None
     # files `dpicl ingest --config` registers (optional)
     data: list[DataSource] = []
-    # fixed seeds only in test/benchmark mode (privacy invariant 6; enforced by dpicl.privacy.rng)
-    seed: int | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_seed(cls, raw):
+        # answer, synthesize, serve and rerun draw noise from a cryptographically seeded generator only (design
+        # invariant 6), whatever the environment: a fixed seed makes the noise predictable
+        if isinstance(raw, dict) and raw.get("seed") is not None:
+            raise ValueError("`seed` is not accepted in a run config: answering and synthesizing always draw noise "
+                             "from a cryptographically seeded generator. Remove it (reproducible benchmark runs: "
+                             "`dpicl evaluate --seed N`, `dpicl audit --seed N`)")
+        if isinstance(raw, dict) and "seed" in raw:  # `seed: null`, as runs before this check stored it
+            raw = {k: v for k, v in raw.items() if k != "seed"}
+        return raw
 
     @model_validator(mode="after")
     def _method_fits_task(self) -> Config:

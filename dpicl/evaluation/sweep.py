@@ -31,7 +31,7 @@ from dpicl.prompts import keyword_prompt, public_ensemble, render_prompt, zero_s
 from dpicl.storage import get_dataset, load_records
 from dpicl.storage.db import connect
 from dpicl.storage.ingest import ingest_source
-from dpicl.tasks.aggregate import AGGREGATORS, public_domain
+from dpicl.tasks.aggregate import aggregate_as_planned, public_domain
 from dpicl.tasks.infer import greedy_params, label_votes
 from dpicl.tasks.prompt import public_key
 from dpicl.tasks.release import sga_prompt
@@ -255,8 +255,8 @@ def method_answers(cfg: Config, ens: Ensemble, epsilon: float, backend, rng: np.
     if plan is None and epsilon != INF:
         plan = planning.plan(cfg.method.name, sampling_rate=ens.sampling_rate, queries=len(ens.queries),
                              epsilon=epsilon, delta=ens.delta, **plan_options(cfg))
-    _, aggregator = AGGREGATORS[cfg.method.name]
-    results = [nonprivate(cfg, f, rng) if plan is None else aggregator(cfg, plan, f, rng) for f in ens.features]
+    results = [nonprivate(cfg, f, rng) if plan is None else aggregate_as_planned(cfg, plan, f, rng)
+               for f in ens.features]
     passed = (sum(r["keywords"] is not None for r in results) / len(results)
               if cfg.method.name == "ksa-ptr" else None)
     return release_answers(cfg, ens, results, backend), passed

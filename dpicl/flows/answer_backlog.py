@@ -42,7 +42,7 @@ def answer_backlog(config: str = "demo", db: str | None = None, max_queries: int
         raise ValueError("method dp-fewshot does not answer queries: it writes DP synthetic demonstrations "
                          "(`dpicl synthesize CONFIG`); answer with them by a config whose method is synthetic-icl")
     with database_writer(db_path):
-        return _drain(cfg, config_path, db_path, max_queries)
+        return _drain(config_path, db_path, max_queries)
 
 
 def _progress_description(done: int, total: int, answered: int) -> str:
@@ -54,31 +54,31 @@ def _progress_key(backlog: str) -> str:
     return "progress-" + (re.sub(r"[^a-z0-9-]+", "-", backlog.lower()).strip("-") or "default")
 
 
-def _drain(cfg, config_path: str, db_path: str, max_queries: int | None) -> dict:
-    with context.database(db_path) as con:
-        pending = pending_queries(con, cfg.backlog, limit=max_queries)
-
+def _drain(config_path: str, db_path: str, max_queries: int | None) -> dict:
+    # the file is read once more, by open-run, which stores the config and plan every later task reads
     run = open_run(config_path, db_path)
-    run_id, plan = run["run_id"], run["plan"]
+    run_id, method = run["run_id"], run["method"]
+    with context.database(db_path) as con:
+        pending = pending_queries(con, run["backlog"], limit=max_queries)
     progress = create_progress_artifact(
-        0.0 if pending else 100.0, key=_progress_key(cfg.backlog),
+        0.0 if pending else 100.0, key=_progress_key(run["backlog"]),
         description=_progress_description(0, len(pending), 0))
     released: list[dict] = []
-    for start in range(0, len(pending), cfg.batch_queries):
-        batch = pending[start:start + cfg.batch_queries]
-        if cfg.method.name in ("dps-mozo", "adapmixed"):  # token level: pay, then decode, per query
-            released += decode(config_path, db_path, run_id, batch, plan, run["event_json"])
-        elif cfg.method.name == "synthetic-icl":  # public demonstrations only: free
-            released += icl(config_path, db_path, run_id, batch, run["event_json"])
+    for start in range(0, len(pending), run["batch_queries"]):
+        batch = pending[start:start + run["batch_queries"]]
+        if method in ("dps-mozo", "adapmixed"):  # token level: pay, then decode, per query
+            released += decode(db_path, run_id, batch)
+        elif method == "synthetic-icl":  # public demonstrations only: free
+            released += icl(db_path, run_id, batch)
         else:
-            samples = sample(config_path, db_path, run_id, batch, run["event_json"])
-            prompts = prompt(config_path, db_path, run_id, samples)
-            features = infer(config_path, db_path, run_id, prompts)
-            if cfg.method.name in ("esa", "sga"):
-                features = embed(config_path, db_path, run_id, features)
-            aggregates = aggregate(config_path, db_path, run_id, features, plan, run["event_json"])
-            released += release(config_path, db_path, run_id, aggregates, features, plan)
+            samples = sample(db_path, run_id, batch)
+            prompts = prompt(db_path, run_id, samples)
+            features = infer(db_path, run_id, prompts)
+            if method in ("esa", "sga"):
+                features = embed(db_path, run_id, features)
+            aggregates = aggregate(db_path, run_id, features)
+            released += release(db_path, run_id, aggregates, features)
         done = start + len(batch)
         update_progress_artifact(progress, 100.0 * done / len(pending),
                                  description=_progress_description(done, len(pending), len(released)))
-    return publish(config_path, db_path, run, pending, released)
+    return publish(db_path, run_id, pending, released)

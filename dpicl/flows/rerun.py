@@ -88,35 +88,30 @@ def rerun(run_id: str, from_stage: str = "aggregate", config: str | None = None,
             config_path = str(Path(tmp) / "rerun.yaml")
             Path(config_path).write_text(yaml.safe_dump(settings, sort_keys=False, allow_unicode=True),
                                          encoding="utf-8")
-            cfg = context.config(config_path)
             open_rerun(config_path, db_path, new_run_id, report["source_run"], report["root_run"], from_stage,
-                       report["backlog"], report["queries"])
-            features, plan, category = report["features"], report["plan"], report["category"]
+                       report["backlog"], report["queries"], report["plan"], report["event_json"])
+            features, category = report["features"], report["category"]
+            batch_size = report["config"]["batch_queries"]
             released: list[dict] = []
             if from_stage == "aggregate":
-                for kind, event_json in (("fresh", report["event_json"]), ("reused", report["reused_event_json"])):
+                for kind in ("fresh", "reused"):
                     ids = [q for q in report["queries"] if category[q] == kind]
-                    for batch in _batches(ids, cfg.batch_queries):
+                    for batch in _batches(ids, batch_size):
                         if kind == "reused":  # pay the top-ups of the earlier uses before any new draw
-                            batch = top_up(config_path, db_path, new_run_id,
-                                           {q: report["top_ups"][q] for q in batch})
-                        aggregates = aggregate(config_path, db_path, new_run_id, {q: features[q] for q in batch},
-                                               plan, event_json)
+                            batch = top_up(db_path, new_run_id, {q: report["top_ups"][q] for q in batch})
+                        aggregates = aggregate(db_path, new_run_id, {q: features[q] for q in batch},
+                                               reused=kind == "reused")
                         if aggregates:
-                            released += release(config_path, db_path, new_run_id, aggregates,
-                                                {q: features[q] for q in aggregates}, plan)
+                            released += release(db_path, new_run_id, aggregates, {q: features[q] for q in aggregates})
             else:
                 if report["served_from"]:
-                    released += serve(config_path, db_path, new_run_id, report["served_from"], report["event_json"])
+                    released += serve(db_path, new_run_id, report["served_from"])
                 ids = [q for q in report["queries"] if category[q] == "post-processed"]
-                for batch in _batches(ids, cfg.batch_queries):
-                    aggregates = reserve_free(config_path, db_path, new_run_id,
-                                              {q: report["aggregates"][q] for q in batch}, report["event_json"])
+                for batch in _batches(ids, batch_size):
+                    aggregates = reserve_free(db_path, new_run_id, {q: report["aggregates"][q] for q in batch})
                     if aggregates:
-                        released += release(config_path, db_path, new_run_id, aggregates,
-                                            {q: features[q] for q in aggregates}, plan)
-            result = publish(config_path, db_path, {"run_id": new_run_id, "event_json": report["event_json"]},
-                             report["queries"], released)
+                        released += release(db_path, new_run_id, aggregates, {q: features[q] for q in aggregates})
+            result = publish(db_path, new_run_id, report["queries"], released)
     return {**result, "source_run": report["source_run"], "from_stage": from_stage, "method": report["method"],
             "backlog": settings["backlog"], "counts": report["counts"], "top_up_entries": report["top_up_entries"],
             "epsilon_planned": report["epsilon_charged"]}

@@ -31,6 +31,29 @@ def create_run(con: duckdb.DuckDBPyConnection, run_id: str, method: str, dataset
     )
 
 
+def store_plan(con: duckdb.DuckDBPyConnection, run_id: str, backlog: str, plan: Mapping, event_json: str) -> None:
+    """Store the run's per-query plan (public numbers) and the privacy event one query costs: every task of the run
+    reads them from here, never from a config file (design invariant 9)."""
+    con.execute(
+        "INSERT INTO artifacts (key, stage, backlog, query_id, private, format, payload, run_id) "
+        "VALUES (?, 'run_plan', ?, '', false, 'json', ?, ?)",
+        [_plan_key(run_id), backlog, canonical_json({"plan": dict(plan), "event_json": event_json}).encode(), run_id],
+    )
+
+
+def stored_plan(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict[str, Any], str]:
+    """(plan numbers, event JSON) stored when run `run_id` opened; LookupError when it has none."""
+    row = con.execute("SELECT payload FROM artifacts WHERE key = ?", [_plan_key(run_id)]).fetchone()
+    if row is None:
+        raise LookupError(f"run {run_id!r} has no stored plan")
+    stored = json.loads(bytes(row[0]).decode("utf-8"))
+    return stored["plan"], stored["event_json"]
+
+
+def _plan_key(run_id: str) -> str:
+    return hashlib.sha256(f"run_plan:{run_id}".encode()).hexdigest()
+
+
 def finish_run(con: duckdb.DuckDBPyConnection, run_id: str, status: str) -> None:
     """Set the run's final status (e.g. 'completed', 'failed') and its finish time."""
     updated = con.execute(

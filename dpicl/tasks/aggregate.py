@@ -12,46 +12,64 @@ noise is drawn. The output of this stage is already differentially private:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from prefect import get_run_logger, task
 
+from dpicl import planning
 from dpicl.config import Config
 from dpicl.keywords import keywords
-from dpicl.privacy.mechanisms import dpm, esa, joint_em, ksa_ptr, rnm
+from dpicl.privacy.accounting.events import SubsampledDPMEvent, event_from_json
+from dpicl.privacy.accounting.guard import PrivacyGuardError, require_paid
+from dpicl.privacy.mechanisms import dpm, esa, joint_em, ksa_ptr, rnm, sga
+from dpicl.privacy.rng import make_rng
 from dpicl.storage import set_query_status
 from dpicl.storage.artifacts import artifact_key, get_artifacts, put_artifact
 from dpicl.tasks import context
-from dpicl.tasks.common import STAGE, rng_for
+from dpicl.tasks.common import STAGE
 
 
-def _esa(cfg: Config, plan: dict, inputs: dict[str, Any], rng) -> Any:
-    return esa.noisy_mean(inputs["teachers"], plan["noise_multiplier"], rng)
+# Each aggregator takes the plan numbers it passes to its mechanism, hands the event of exactly those numbers to
+# `paid` (which raises unless the ledger reserved that event: design invariant 9), and only then draws. `rate` is
+# the sampling rate the charge may assume for this query's subsample (1 when a rerun reuses one).
+
+def _esa(cfg: Config, plan: dict, rate: float, inputs: dict[str, Any], rng, paid) -> Any:
+    nm = plan["noise_multiplier"]
+    paid(esa.cost(nm, rate))
+    return esa.noisy_mean(inputs["teachers"], nm, rng)
 
 
-def _rnm(cfg: Config, plan: dict, inputs: dict[str, Any], rng) -> Any:
-    return {"label": rnm.run(inputs["teacher_votes"], len(cfg.task.labels), plan["noise_multiplier"], rng)}
+def _rnm(cfg: Config, plan: dict, rate: float, inputs: dict[str, Any], rng, paid) -> Any:
+    nm = plan["noise_multiplier"]
+    paid(rnm.cost(nm, rate))
+    return {"label": rnm.run(inputs["teacher_votes"], len(cfg.task.labels), nm, rng)}
 
 
-def _ksa_jem(cfg: Config, plan: dict, inputs: dict[str, Any], rng) -> Any:
+def _ksa_jem(cfg: Config, plan: dict, rate: float, inputs: dict[str, Any], rng, paid) -> Any:
     domain = keywords(inputs["zero_shot"])  # public: words of the query's zero-shot prompt
     counts = joint_em.histogram_on_domain([keywords(t) for t in inputs["teacher_outputs"]], domain)
-    return {"keywords": joint_em.select_keywords(domain, counts, cfg.method.k, plan["epsilon_em"], rng)}
+    epsilon_em = plan["epsilon_em"]
+    paid(joint_em.cost(epsilon_em, rate))
+    return {"keywords": joint_em.select_keywords(domain, counts, cfg.method.k, epsilon_em, rng)}
 
 
-def _ksa_ptr(cfg: Config, plan: dict, inputs: dict[str, Any], rng) -> Any:
+def _ksa_ptr(cfg: Config, plan: dict, rate: float, inputs: dict[str, Any], rng, paid) -> Any:
     tokens, counts = ksa_ptr.histogram([keywords(t) for t in inputs["teacher_outputs"]])
-    chosen = ksa_ptr.release_set(tokens, counts, plan["epsilon_em"], plan["noise_multiplier"], plan["delta0"], rng,
-                                 k_max=cfg.method.k_max)
-    return {"keywords": chosen}
+    epsilon_em, nm, delta0 = plan["epsilon_em"], plan["noise_multiplier"], plan["delta0"]
+    paid(ksa_ptr.cost(epsilon_em, nm, delta0, rate))
+    return {"keywords": ksa_ptr.release_set(tokens, counts, epsilon_em, nm, delta0, rng, k_max=cfg.method.k_max)}
 
 
-def _sga(cfg: Config, plan: dict, inputs: dict[str, Any], rng) -> Any:
+def _sga(cfg: Config, plan: dict, rate: float, inputs: dict[str, Any], rng, paid) -> Any:
     public = inputs["public"]
-    params = dpm.DPMParams(em_epsilons=tuple(plan["em_epsilons"]), count_scales=tuple(plan["count_scales"]),
-                           noise_std=plan["sigma"], interval=dpm.interval_size(public, rng))
+    em_epsilons, count_scales, sigma = tuple(plan["em_epsilons"]), tuple(plan["count_scales"]), plan["sigma"]
+    paid(SubsampledDPMEvent(em_epsilons, tuple(1 / b for b in count_scales), sigma / sga.SENSITIVITY, rate,
+                            sensitivity=sga.SENSITIVITY, mechanism=sga.MECHANISM))
+    params = dpm.DPMParams(em_epsilons=em_epsilons, count_scales=count_scales, noise_std=sigma,
+                           interval=dpm.interval_size(public, rng))
     clusters = dpm.cluster(np.concatenate([inputs["teachers"], public]), params, rng)
     return {"centres": [c.centre.tolist() for c in clusters], "counts": [c.noisy_count for c in clusters]}
 
@@ -61,10 +79,12 @@ def public_domain(public_outputs: list[str], zero_shot: str) -> list[str]:
     return list(dict.fromkeys(w for text in [*public_outputs, zero_shot] for w in keywords(text)))
 
 
-def _ksa_public(cfg: Config, plan: dict, inputs: dict[str, Any], rng) -> Any:
+def _ksa_public(cfg: Config, plan: dict, rate: float, inputs: dict[str, Any], rng, paid) -> Any:
     domain = public_domain(inputs["public_outputs"], inputs["zero_shot"])
     counts = joint_em.histogram_on_domain([keywords(t) for t in inputs["teacher_outputs"]], domain)
-    return {"keywords": joint_em.select_keywords(domain, counts, cfg.method.k, plan["epsilon_em"], rng)}
+    epsilon_em = plan["epsilon_em"]
+    paid(joint_em.cost(epsilon_em, rate, mechanism="ksa_public"))
+    return {"keywords": joint_em.select_keywords(domain, counts, cfg.method.k, epsilon_em, rng)}
 
 
 # method -> (its inputs among the stage keys, the DP aggregate of one query)
@@ -78,17 +98,37 @@ AGGREGATORS: dict[str, tuple[tuple[str, ...], Callable[..., Any]]] = {
 }
 
 
+def aggregate_as_planned(cfg: Config, plan: dict, inputs: dict[str, Any], rng) -> Any:
+    """One DP aggregate outside the ledger (evaluation and benchmarks, which release nothing), checked against
+    the event of its own plan as the pipeline checks it against the reservation."""
+    planned = planning.METHODS[cfg.method.name].event(plan)
+    return AGGREGATORS[cfg.method.name][1](cfg, plan, plan["sampling_rate"], inputs, rng,
+                                           lambda used: require_paid(planned, used))
+
+
+def unamplified(event_json: str) -> str:
+    """The same mechanism charged without amplification by subsampling (rate 1): what a draw on a subsample that a
+    release already used pays (dpicl/tasks/rerun.py)."""
+    event = event_from_json(event_json)
+    if not hasattr(event, "sampling_rate"):
+        raise PrivacyGuardError(f"a ledger event of kind {event.kind!r} has no sampling rate; a draw on a reused "
+                                "subsample cannot be charged soundly")
+    return dataclasses.replace(event, sampling_rate=1.0).to_json()
+
+
 @task(name="aggregate", **STAGE)
-def aggregate(
-    config_path: str, db_path: str, run_id: str, features: dict[str, dict[str, str]], plan: dict, event_json: str,
-) -> dict[str, dict]:
-    """Returns {query id: {"aggregate": key, "entry_id", "epsilon_before", "epsilon_after"}} for paid queries."""
-    cfg = context.config(config_path)
-    method = cfg.method.name
-    needed, noisy_aggregate = AGGREGATORS[method]
+def aggregate(db_path: str, run_id: str, features: dict[str, dict[str, str]], reused: bool = False
+              ) -> dict[str, dict]:
+    """Returns {query id: {"aggregate": key, "entry_id", "epsilon_before", "epsilon_after"}} for paid queries.
+    The plan and its event are the run's stored ones; `reused`: the subsamples were used by earlier releases."""
     out: dict[str, dict] = {}
     refused: list[str] = []
     with context.database(db_path) as con:
+        run = context.run(con, run_id)
+        cfg, method = run.cfg, run.cfg.method.name
+        needed, noisy_aggregate = AGGREGATORS[method]
+        event_json = unamplified(run.event_json) if reused else run.event_json
+        rate = 1.0 if reused else run.plan["sampling_rate"]
         payloads = get_artifacts(con, [keys[name] for keys in features.values() for name in needed])
         for query_id, keys in features.items():
             reservation = context.reserve(con, cfg, run_id, query_id, method, event_json)
@@ -96,7 +136,11 @@ def aggregate(
                 refused.append(query_id)
                 continue
             inputs = {name: payloads[keys[name]] for name in needed}
-            result = noisy_aggregate(cfg, plan, inputs, rng_for(cfg, run_id, "noise", query_id))
+
+            def paid(used, query_id=query_id):
+                require_paid(event_json, used, what=f"query {query_id!r}")
+
+            result = noisy_aggregate(cfg, run.plan, rate, inputs, make_rng(), paid)
             key = put_artifact(
                 con, artifact_key("aggregate", [keys[n] for n in needed], {"entry_id": reservation.entry_id}),
                 "aggregate", cfg.backlog, query_id, result, private=True, run_id=run_id,

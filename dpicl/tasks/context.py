@@ -1,5 +1,9 @@
-"""What every stage task needs: the config, a database connection, the models (loaded once per process)
-and the accountant adapter used by the ledger. No algorithm lives here."""
+"""What every stage task needs: the run's stored config and plan, a database connection, the models (loaded once
+per process) and the accountant adapter used by the ledger. No algorithm lives here.
+
+A config *file* is read once, when a run opens (`config`); from then on every task of the run reads the config and
+plan stored with the run (`run`), so editing the file of a scheduled run cannot change what a running one uses
+(design invariant 9: what is charged is what is used)."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import duckdb
 
@@ -17,12 +22,46 @@ from dpicl.privacy.accounting import total_epsilon
 from dpicl.privacy.accounting.events import event_from_json
 from dpicl.storage import ledger
 from dpicl.storage.db import DatabaseLockedError, connect
+from dpicl.storage.runs import get_run, stored_plan
 
 
 def config(config_path: str) -> Config:
-    """The config at `config_path`, parsed once per version of the file (an edited file is read again)."""
+    """The config at `config_path`, parsed once per version of the file (an edited file is read again). Only
+    what opens a run reads it; the run's tasks use `run(con, run_id)`."""
     stat = os.stat(config_path)
     return _config(config_path, stat.st_mtime_ns, stat.st_size)
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a run stored when it opened: its config, its per-query plan (numbers) and the event one query costs."""
+
+    run_id: str
+    cfg: Config
+    plan: dict
+    event_json: str
+
+
+_RUNS: dict[str, Run] = {}
+
+
+def run(con: duckdb.DuckDBPyConnection, run_id: str) -> Run:
+    """The stored config and plan of run `run_id` (they never change, so they are cached by run id)."""
+    if run_id not in _RUNS:
+        stored = get_run(con, run_id)
+        if stored is None:
+            raise LookupError(f"no run with id {run_id!r} in this database")
+        plan, event_json = stored_plan(con, run_id)
+        _RUNS[run_id] = Run(run_id, Config.model_validate(stored["config"]), plan, event_json)
+    return _RUNS[run_id]
+
+
+def run_at(db_path: str, run_id: str) -> Run:
+    """`run` for a task that has no connection open yet."""
+    if run_id not in _RUNS:
+        with database(db_path) as con:
+            return run(con, run_id)
+    return _RUNS[run_id]
 
 
 @functools.lru_cache(maxsize=8)

@@ -16,9 +16,9 @@ PUBLIC_TEXTS = {"esa": ("candidates", "candidates", "candidate_texts", "candidat
 
 
 @task(name="embed", **STAGE)
-def embed(config_path: str, db_path: str, run_id: str, outputs: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+def embed(db_path: str, run_id: str, outputs: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     """Returns {query id: {"teachers": key, <public embeddings>: key, <public texts>: key, …the input keys}}."""
-    cfg = context.config(config_path)
+    cfg = context.run_at(db_path, run_id).cfg  # the run's stored config, never the file (design invariant 9)
     params = cfg.embedding.model_dump()
     source, name, texts_name, stage = PUBLIC_TEXTS[cfg.method.name]
     with context.database(db_path) as con:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from prefect import get_run_logger, task
 
+from dpicl.privacy.accounting.events import PublicDataEvent
+from dpicl.privacy.accounting.guard import require_paid
 from dpicl.prompts import public_teacher_groups, render_prompt
 from dpicl.storage import get_dataset, get_queries, load_records
 from dpicl.storage.ledger import record_release
@@ -15,12 +17,13 @@ from dpicl.tasks.infer import greedy_params
 
 
 @task(name="icl", **STAGE)
-def icl(config_path: str, db_path: str, run_id: str, query_ids: list[str], event_json: str) -> list[dict]:
+def icl(db_path: str, run_id: str, query_ids: list[str]) -> list[dict]:
     """Returns one row per answered query (ids, status, ε cost 0)."""
-    cfg = context.config(config_path)
-    m = cfg.method
     rows = []
     with context.database(db_path) as con:
+        run = context.run(con, run_id)
+        cfg, m, event_json = run.cfg, run.cfg.method, run.event_json
+        require_paid(event_json, PublicDataEvent(m.name), what="these answers")  # no private data is read: free
         dataset = get_dataset(con, m.demos_dataset)
         if dataset["kind"] != "public":
             raise ValueError(f"demos_dataset {m.demos_dataset!r} was ingested as {dataset['kind']!r}; synthetic-icl "

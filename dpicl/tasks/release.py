@@ -101,14 +101,11 @@ ANSWERS = {"esa": _esa_answers, "rnm": _rnm_answers, "ksa-jem": _ksa_answers, "k
 
 
 @task(name="release", **STAGE)
-def release(
-    config_path: str, db_path: str, run_id: str, aggregates: dict[str, dict], features: dict[str, dict[str, str]],
-    plan: dict,
-) -> list[dict]:
+def release(db_path: str, run_id: str, aggregates: dict[str, dict], features: dict[str, dict[str, str]]) -> list[dict]:
     """Returns one row per released query: query id, status and ε cost (no text)."""
-    cfg = context.config(config_path)
-    method = cfg.method.name
-    shared = {"teachers": cfg.method.teachers, **{k: plan[k] for k in PLAN_DETAILS[method]}}
+    run = context.run_at(db_path, run_id)
+    cfg, method = run.cfg, run.cfg.method.name
+    shared = {"teachers": cfg.method.teachers, **{k: run.plan[k] for k in PLAN_DETAILS[method]}}
     rows = []
     with context.database(db_path) as con:
         results = get_artifacts(con, [a["aggregate"] for a in aggregates.values()])

@@ -27,7 +27,6 @@ Tasks pass ids, artifact keys and event JSON only; private text stays in DuckDB.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from dataclasses import asdict
@@ -59,9 +58,11 @@ from dpicl.storage.runs import (
     link_rerun,
     recent_run_ids,
     run_source,
+    store_plan,
 )
 from dpicl.tasks import context
-from dpicl.tasks.aggregate import AGGREGATORS
+from dpicl.privacy.accounting.guard import PrivacyGuardError
+from dpicl.tasks.aggregate import AGGREGATORS, unamplified
 from dpicl.tasks.common import STAGE
 from dpicl.tasks.run import per_query_plan, plan_numbers
 
@@ -219,12 +220,10 @@ def feature_keys(cfg: Config, query: str, teacher_key: str | None) -> dict[str, 
 
 
 def _unamplified(event_json: str) -> str:
-    """The same mechanism charged without amplification by subsampling (sampling rate 1)."""
-    event = event_from_json(event_json)
-    if not hasattr(event, "sampling_rate"):
-        raise RerunError(f"a ledger event of kind {event.kind!r} has no sampling rate; a rerun cannot charge its "
-                         "reuse soundly")
-    return dataclasses.replace(event, sampling_rate=1.0).to_json()
+    try:
+        return unamplified(event_json)
+    except PrivacyGuardError as err:
+        raise RerunError(str(err)) from None
 
 
 def _uses_of_subsamples(con, root_run_id: str, query_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
@@ -400,9 +399,8 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
         adds += [e for q in query_ids for _, e in top_ups[q]]
     else:
         plan, reused_event = _source_plan(con, source_run_id, source_cfg), None
-        unchanged = _same({k: v for k, v in cfg.model_dump(mode="json").items() if k not in ("seed", "batch_queries")},
-                          {k: v for k, v in source_cfg.model_dump(mode="json").items()
-                           if k not in ("seed", "batch_queries")})
+        unchanged = _same({k: v for k, v in cfg.model_dump(mode="json").items() if k != "batch_queries"},
+                          {k: v for k, v in source_cfg.model_dump(mode="json").items() if k != "batch_queries"})
         released = dict(con.execute("SELECT query_id, backlog FROM releases WHERE run_id = ?",
                                     [source_run_id]).fetchall())
         for q in query_ids:
@@ -530,8 +528,9 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
 
 @task(name="open-rerun", **STAGE)
 def open_rerun(config_path: str, db_path: str, run_id: str, source_run_id: str, root_run_id: str, from_stage: str,
-               backlog: str, query_ids: list[str]) -> dict:
-    """Records the rerun (run row linked to its source) and copies its queries into the rerun's own backlog."""
+               backlog: str, query_ids: list[str], plan: dict, event_json: str) -> dict:
+    """Records the rerun (run row linked to its source, with the config and plan its tasks read) and copies its
+    queries into the rerun's own backlog."""
     cfg = context.config(config_path)
     from prefect import runtime
 
@@ -539,6 +538,7 @@ def open_rerun(config_path: str, db_path: str, run_id: str, source_run_id: str, 
         flow_run_id = runtime.flow_run.id
         create_run(con, run_id, cfg.method.name, cfg.private_dataset, cfg.backlog, cfg.model_dump(mode="json"),
                    str(flow_run_id) if flow_run_id else None)
+        store_plan(con, run_id, cfg.backlog, plan, event_json)
         link_rerun(con, run_id, source_run_id, root_run_id, from_stage)
         copied = copy_queries(con, backlog, cfg.backlog, query_ids, f"rerun of run {source_run_id}")
     get_run_logger().info("rerun %s of run %s from %s: %d queries copied into backlog %s", run_id, source_run_id,
@@ -547,12 +547,12 @@ def open_rerun(config_path: str, db_path: str, run_id: str, source_run_id: str, 
 
 
 @task(name="top-up", **STAGE)
-def top_up(config_path: str, db_path: str, run_id: str, top_ups: dict[str, list[list[str]]]) -> list[str]:
+def top_up(db_path: str, run_id: str, top_ups: dict[str, list[list[str]]]) -> list[str]:
     """Pays, before any new draw, the top-ups of reused subsamples (earlier amplified uses re-charged at rate 1).
     Returns the queries whose top-ups were all paid; the others are refused (budget) and get no new draw."""
-    cfg = context.config(config_path)
     paid, refused = [], []
     with context.database(db_path) as con:
+        cfg = context.run(con, run_id).cfg
         for query_id, entries in top_ups.items():
             ok = True
             for mechanism, event_json in entries:
@@ -569,12 +569,13 @@ def top_up(config_path: str, db_path: str, run_id: str, top_ups: dict[str, list[
 
 
 @task(name="reserve-free", **STAGE)
-def reserve_free(config_path: str, db_path: str, run_id: str, aggregates: dict[str, dict], event_json: str) -> dict:
+def reserve_free(db_path: str, run_id: str, aggregates: dict[str, dict]) -> dict:
     """Ledger entries (ε 0, a PublicDataEvent) for releases post-processed from stored DP aggregates; returns the
     aggregates in the form the release task takes."""
-    cfg = context.config(config_path)
     out = {}
     with context.database(db_path) as con:
+        run = context.run(con, run_id)
+        cfg, event_json = run.cfg, run.event_json
         for query_id, stored in aggregates.items():
             reservation = context.reserve(con, cfg, run_id, query_id, cfg.method.name, event_json)
             if reservation is None:  # cannot happen for a zero-cost event unless the budget is already overspent
@@ -585,12 +586,13 @@ def reserve_free(config_path: str, db_path: str, run_id: str, aggregates: dict[s
 
 
 @task(name="serve", **STAGE)
-def serve(config_path: str, db_path: str, run_id: str, served_from: dict[str, str], event_json: str) -> list[dict]:
+def serve(db_path: str, run_id: str, served_from: dict[str, str]) -> list[dict]:
     """Serves the source run's stored releases again (free): each is copied into the rerun's backlog with a
     ledger entry of ε 0. `served_from`: {query id: backlog of the stored release}."""
-    cfg = context.config(config_path)
     rows = []
     with context.database(db_path) as con:
+        run = context.run(con, run_id)
+        cfg, event_json = run.cfg, run.event_json
         for query_id, backlog in served_from.items():
             stored = stored_release(con, backlog, query_id)
             if stored is None:

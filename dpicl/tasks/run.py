@@ -17,7 +17,7 @@ from dpicl.privacy.accounting.events import event_from_json
 from dpicl.privacy.sampling import default_sampling_rate
 from dpicl.storage import get_dataset
 from dpicl.storage.ledger import budget_summary, ledger_events, require_budget
-from dpicl.storage.runs import create_run, finish_run
+from dpicl.storage.runs import create_run, finish_run, store_plan
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
 
@@ -30,7 +30,8 @@ def plan_options(cfg: Config) -> dict:
     """Method settings of the config that shape the per-query plan (beyond q, T, ε, δ)."""
     m = cfg.method
     if m.name == "dps-mozo":
-        return {"max_new_tokens": cfg.generation.max_new_tokens, "shots": m.shots, "alpha": m.alpha}
+        return {"max_new_tokens": cfg.generation.max_new_tokens, "shots": m.shots, "alpha": m.alpha,
+                "accept_unproven_guarantee": m.accept_unproven_guarantee}
     if m.name == "adapmixed":
         return {"max_new_tokens": cfg.generation.max_new_tokens, "members": m.members, "alpha": m.alpha,
                 "beta": m.beta, "screen_lambda": m.screen_lambda, "screen_sigma": m.screen_sigma}
@@ -79,24 +80,23 @@ def open_run(config_path: str, db_path: str) -> dict:
         context.epsilon_of([*ledger_events(con, cfg.private_dataset), event_json], budget.delta)
         run_id = uuid.uuid4().hex
         flow_run_id = runtime.flow_run.id
+        numbers = plan_numbers(plan)
+        # the config and plan every task of this run reads (never the file again: design invariant 9)
         create_run(con, run_id, method.name, cfg.private_dataset, cfg.backlog, cfg.model_dump(mode="json"),
                    str(flow_run_id) if flow_run_id else None)
-    numbers = plan_numbers(plan)
+        store_plan(con, run_id, cfg.backlog, numbers, event_json)
     get_run_logger().info("run %s: %s per query, planned for %d queries at ε=%g, δ=%g: %s", run_id, method.name,
                           getattr(method, "planned_queries", 1), budget.epsilon, budget.delta, numbers)
-    return {
-        "run_id": run_id,
-        "plan": numbers,
-        "event_json": event_json,
-    }
+    return {"run_id": run_id, "method": method.name, "batch_queries": cfg.batch_queries, "backlog": cfg.backlog}
 
 
 @task(name="publish", **STAGE)
-def publish(config_path: str, db_path: str, run: dict, query_ids: list[str], released: list[dict]) -> dict:
+def publish(db_path: str, run_id: str, query_ids: list[str], released: list[dict]) -> dict:
     """Prefect artifacts for the run (table of query id / status / ε cost, budget summary); closes the run."""
-    cfg = context.config(config_path)
     cost = {r["query_id"]: r["epsilon_cost"] for r in released}
     with context.database(db_path) as con:
+        run = context.run(con, run_id)
+        cfg = run.cfg
         status = dict(con.execute(
             "SELECT query_id, status FROM queries WHERE backlog = ? AND list_contains(?, query_id)",
             [cfg.backlog, query_ids],
@@ -105,9 +105,9 @@ def publish(config_path: str, db_path: str, run: dict, query_ids: list[str], rel
         budget = require_budget(con, cfg.private_dataset)
         spent = [event_from_json(e) for e in ledger_events(con, cfg.private_dataset)]
         summary["queries_still_payable"] = max_additional(
-            spent, event_from_json(run["event_json"]), budget.epsilon, budget.delta
+            spent, event_from_json(run.event_json), budget.epsilon, budget.delta
         )
-        finish_run(con, run["run_id"], "completed")
+        finish_run(con, run_id, "completed")
     rows = [
         {"query_id": q, "status": status.get(q, "pending"), "epsilon_cost": round(cost.get(q, 0.0), 6)}
         for q in query_ids
@@ -116,7 +116,7 @@ def publish(config_path: str, db_path: str, run: dict, query_ids: list[str], rel
     if rows:
         create_table_artifact(
             rows, key=f"releases-{_slug(cfg.backlog)}",
-            description=f"Run {run['run_id']}: {counts['answered']} answered, {counts['refused_budget']} refused",
+            description=f"Run {run_id}: {counts['answered']} answered, {counts['refused_budget']} refused",
         )
     create_markdown_artifact(
         "\n".join([
@@ -131,4 +131,4 @@ def publish(config_path: str, db_path: str, run: dict, query_ids: list[str], rel
         key=f"budget-{_slug(cfg.private_dataset)}",
         description="ε spent is the accountant's upper bound over every ledger entry of the dataset",
     )
-    return {"run_id": run["run_id"], **counts, "budget": summary}
+    return {"run_id": run_id, **counts, "budget": summary}

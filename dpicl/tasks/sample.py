@@ -3,26 +3,29 @@ subsample of the private pool, assigned to teachers by a keyed hash of the recor
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 
 from prefect import get_run_logger, task
 
 from dpicl.privacy.accounting import max_additional
 from dpicl.privacy.accounting.events import event_from_json
+from dpicl.privacy.accounting.guard import require_paid
+from dpicl.privacy.rng import make_rng
 from dpicl.privacy.sampling import assign_teachers
 from dpicl.storage import get_dataset, load_records, set_query_status
 from dpicl.storage.artifacts import artifact_key, put_artifact
 from dpicl.storage.ledger import ledger_events, require_budget
 from dpicl.tasks import context
-from dpicl.tasks.common import STAGE, rng_for
+from dpicl.tasks.common import STAGE
 
 
 @task(name="sample", **STAGE)
-def sample(config_path: str, db_path: str, run_id: str, query_ids: list[str], event_json: str) -> dict[str, str]:
+def sample(db_path: str, run_id: str, query_ids: list[str]) -> dict[str, str]:
     """Returns {query id: key of its sample artifact}; queries beyond the budget are marked refused."""
-    cfg = context.config(config_path)
-    method = cfg.method
     with context.database(db_path) as con:
+        run = context.run(con, run_id)
+        cfg, method, event_json = run.cfg, run.cfg.method, run.event_json
         budget = require_budget(con, cfg.private_dataset)
         spent = ledger_events(con, cfg.private_dataset)
         # one accountant call when the whole batch fits; the search only near the end of the budget
@@ -36,10 +39,13 @@ def sample(config_path: str, db_path: str, run_id: str, query_ids: list[str], ev
 
         dataset = get_dataset(con, cfg.private_dataset)
         record_ids = [r.record_id for r in load_records(con, cfg.private_dataset)]
-        rate = event_from_json(event_json).sampling_rate
+        # the rate every subsample is drawn at is the rate the queries' events are charged at
+        rate = run.plan["sampling_rate"]
+        event = event_from_json(event_json)
+        require_paid(event, dataclasses.replace(event, sampling_rate=rate), what="the subsamples")
         keys = {}
         for query_id in accepted:
-            rng = rng_for(cfg, run_id, "sample", query_id)
+            rng = make_rng()
             teachers = assign_teachers(
                 record_ids, dataset["teacher_key"], method.teachers, method.shots, rate, rng
             )

@@ -18,7 +18,9 @@ from dpicl.config import Config
 from dpicl.decoding import dp_fewshot_text, dps_mozo_answer
 from dpicl.inference.base import require
 from dpicl.privacy.accounting.events import ComposedEvent
+from dpicl.privacy.accounting.guard import require_paid
 from dpicl.privacy.mechanisms import dp_fewshot
+from dpicl.privacy.rng import make_rng
 from dpicl.privacy.sampling import assign_teachers
 from dpicl.prompts import render_prompt, zero_shot_prompt
 from dpicl.storage import get_dataset, load_records
@@ -26,7 +28,7 @@ from dpicl.storage.ledger import BudgetError, require_budget
 from dpicl.storage.runs import create_run, finish_run
 from dpicl.storage.synthetic import check_new_dataset, write_synthetic_dataset
 from dpicl.tasks import context
-from dpicl.tasks.common import STAGE, rng_for
+from dpicl.tasks.common import STAGE
 
 
 class BudgetCannotPayError(BudgetError):
@@ -54,7 +56,8 @@ def _plan(cfg: Config, pools: dict, epsilon: float, delta: float) -> tuple[dict,
         return result, planning.METHODS["dp-fewshot"].event(result)
     n = len(pools[None])  # dps-mozo, offline: `demos` answers of DPS-MOZO, charged together
     result = planning.plan("dps-mozo", sampling_rate=min(1.0, m.shots / n), queries=m.demos, epsilon=epsilon,
-                           delta=delta, dataset_size=n, max_new_tokens=tokens, shots=m.shots, alpha=m.alpha)
+                           delta=delta, dataset_size=n, max_new_tokens=tokens, shots=m.shots, alpha=m.alpha,
+                           accept_unproven_guarantee=m.accept_unproven_guarantee)
     if m.beta is not None:
         result["beta"] = m.beta
     return result, ComposedEvent(planning.METHODS["dps-mozo"].event(result), m.demos)
@@ -72,12 +75,29 @@ def _public_inputs(con, cfg: Config, count: int) -> list[str]:
     return inputs
 
 
+def _check_paid(cfg: Config, plan: dict, event, pools: dict, jobs: list) -> None:
+    """Before the first token: the event of what is about to be used — the sampling rate, the splits, the noise,
+    the tokens and the number of texts generated from each pool — must be the event the ledger reserved."""
+    m, tokens = cfg.method, cfg.generation.max_new_tokens
+    for label, pool in pools.items():
+        texts = sum(job_label == label for job_label, _ in jobs)
+        if m.name == "dp-fewshot":
+            used = dp_fewshot.cost({**plan, "sampling_rate": plan["sampling_rate"], "splits": m.splits,
+                                    "mechanism": m.mechanism, "tokens": texts * tokens})
+        else:
+            step = planning.METHODS["dps-mozo"].event({**plan, "sampling_rate": min(1.0, m.shots / len(pool)),
+                                                       "tokens_per_query": tokens})
+            used = ComposedEvent(step, texts)
+        require_paid(event, used, what="this synthesis")
+
+
 def _fewshot_demo(cfg: Config, backend, plan: dict, pool: list, teacher_key: bytes, label: str | None,
                   public_input: str | None, rng) -> tuple[str, str]:
     m, gen, syn = cfg.method, cfg.generation, cfg.synthetic
     ids = [r.record_id for r in pool]
     by_id = {r.record_id: r for r in pool}
-    rate = min(1.0, m.splits * m.shots / len(pool))  # this pool's rate (≤ the charged one)
+    # every pool is sampled at the charged rate: the largest pool rate, or the configured one (_plan)
+    rate = plan["sampling_rate"]
     if label is None:  # open-form: the demonstration's output for a public input
         public_prompt = zero_shot_prompt(cfg.task, public_input)
 
@@ -130,10 +150,11 @@ def synthesize(config_path: str, db_path: str) -> dict:
             raise BudgetCannotPayError(
                 f"the budget of {cfg.private_dataset!r} cannot pay for this synthesis (ε {budget.epsilon:g} in all); "
                 "lower synthetic.epsilon, method.demos or generation.max_new_tokens")
-        rng = rng_for(cfg, run_id, "synthesize")
+        rng = make_rng()
         rows = []
         jobs = [(label, None) for label in pools for _ in range(m.demos)] if inputs == [] else \
             [(None, x) for x in inputs]
+        _check_paid(cfg, plan, event, pools, jobs)
         for label, public_input in tqdm(jobs, desc=f"synthesize ({m.name})", unit="demo"):
             if m.name == "dp-fewshot":
                 rows.append(_fewshot_demo(cfg, backend, plan, pools[label], dataset["teacher_key"], label,

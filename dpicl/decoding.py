@@ -72,15 +72,15 @@ def adapmixed_answer(backend, zero_shot: str, members: Sequence[str], *, beta: f
                      screen_lambda: float, screen_sigma: float, threshold: float, max_new_tokens: int,
                      stop: Sequence[str], rng: np.random.Generator) -> Decoded:
     """AdaPMixED (paper 003 Alg 1) over the member prompts and the public zero-shot prompt: the same prompts for
-    every token, so one KV-cached batched forward pass per token covers them all."""
-    prompts = [*members, zero_shot]
+    every token, so KV-cached forward passes per token cover them; the public prompt in a call of its own."""
     passed, data_dependent = 0, 0.0
     screen = adapmixed.screen_rdp(alpha, screen_lambda, len(members), screen_sigma)
 
     def next_token(suffix: list[int]) -> int:
         nonlocal passed, data_dependent
-        logprobs = backend.next_token_logprobs(prompts, suffix)
-        token, info = adapmixed.step(logprobs[:-1], logprobs[-1], beta=beta, alpha=alpha, top_k=top_k,
+        private = backend.next_token_logprobs(list(members), suffix)
+        public = backend.next_token_logprobs([zero_shot], suffix)[0]  # its own call: never batched with private
+        token, info = adapmixed.step(private, public, beta=beta, alpha=alpha, top_k=top_k,
                                      screen_lam=screen_lambda, screen_sigma=screen_sigma, threshold=threshold,
                                      rng=rng)
         passed += bool(info.passed)

@@ -51,7 +51,8 @@ def _state(db: str):
 
 def test_dps_mozo_answers_what_the_budget_pays_for_each_charged_for_all_its_tokens(pipeline_env, fake_models):
     config, db = pipeline_env
-    _configure(config, {"name": "dps-mozo", "shots": 3, "top_k": 10, "planned_queries": PLANNED})
+    _configure(config, {"name": "dps-mozo", "shots": 3, "top_k": 10, "planned_queries": PLANNED,
+                        "accept_unproven_guarantee": True})
     result = answer_backlog(config=config, db=db)
     events, releases, summary = _state(db)
     assert result["answered"] == PLANNED and result["refused_budget"] == N_QUERIES - PLANNED
@@ -84,7 +85,8 @@ def test_adapmixed_reserves_the_data_independent_bound_and_reports_the_data_depe
         assert 0 <= s["data_dependent_rdp"] <= d["rdp_per_query"] + 1e-12  # never more than what was reserved
     assert summary["epsilon_spent"] <= summary["epsilon_limit"]
     backend, _ = fake_models
-    assert {n for n, kind in backend.calls if kind == -2.0} == {6}  # 5 members + the public one, one call a token
+    # a token: one call for the 5 members, one for the public prompt (never batched with private prompts)
+    assert {n for n, kind in backend.calls if kind == -2.0} == {5, 1}
 
 
 def test_dps_mozo_refuses_a_budget_spent_under_the_other_neighbouring_relation(pipeline_env):
@@ -112,7 +114,7 @@ def public_env(pipeline_env, tmp_path):
 @pytest.mark.parametrize("method", [
     {"name": "dp-fewshot", "splits": 3, "shots": 2, "demos": 3, "top_k": 10},
     {"name": "dp-fewshot", "splits": 3, "shots": 2, "demos": 3, "top_k": 10, "mechanism": "exponential"},
-    {"name": "dps-mozo", "shots": 2, "top_k": 10, "demos": 3},
+    {"name": "dps-mozo", "shots": 2, "top_k": 10, "demos": 3, "accept_unproven_guarantee": True},
 ])
 def test_synthetic_demonstrations_cost_one_charge_then_answer_every_query_for_free(public_env, method):
     config, db = public_env

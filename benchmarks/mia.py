@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--label-examples", type=int, default=20, help="label attack: test records")
     parser.add_argument("--label-teachers", type=int, default=10, help="label attack: RNM's one-shot teachers")
     parser.add_argument("--label-config", default="agnews-rnm", help="label attack: a classification config")
-    parser.add_argument("--mozo-shots", type=int, default=4)
+    parser.add_argument("--mozo-shots", type=int, default=1)
     parser.add_argument("--ada-members", type=int, default=4)
     parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 8.0])
     parser.add_argument("--delta", type=float, default=1e-5)

@@ -162,6 +162,10 @@ def budget_open(
     finally:
         con.close()
     console.print(f"opened budget ε={epsilon:g}, δ={delta:g} on {dataset!r}")
+    # docs/PRIVACY.md, "What is treated as public": said where the budget is opened, so nobody learns it later
+    console.print("note: the dataset's record count (and, for classification, each label's record count) is treated "
+                  "as public — it sets sampling rates that are stored with every release. If these counts are "
+                  "themselves sensitive, do not use this dataset as is.")
 
 
 @budget_app.command("show")
@@ -210,8 +214,8 @@ def plan(
     dataset: Annotated[Optional[str], typer.Option(help="private dataset whose open budget to plan against")] = None,
     teachers: Annotated[int, typer.Option(help="teachers per query (sets q with --shots when q is not given)")] = 10,
     shots: Annotated[Optional[int], typer.Option(
-        help="demonstrations per teacher (default 4); dps-mozo: one-shot prompts per token (4); dp-fewshot: per "
-             "split (2)")] = None,
+        help="demonstrations per teacher (default 4); dps-mozo: one-shot prompts per token (1; more need "
+             "--accept-unproven-guarantee); dp-fewshot: per split (2)")] = None,
     delta0_fraction: Annotated[Optional[float], typer.Option(
         help="ksa-ptr: share of δ for the PTR failures of all queries, δ0 = share·δ/(q·T) (default 0.5)")] = None,
     em_epsilon: Annotated[Optional[float], typer.Option(
@@ -235,6 +239,8 @@ def plan(
     mechanism: Annotated[Optional[str], typer.Option(help="dp-fewshot: gaussian | exponential")] = None,
     screen_lambda: Annotated[Optional[float], typer.Option(help="adapmixed: noisy-screen λ (default 1e-4)")] = None,
     screen_sigma: Annotated[Optional[float], typer.Option(help="adapmixed: noisy-screen σ (default 1e-2)")] = None,
+    accept_unproven_guarantee: Annotated[bool, typer.Option(
+        help="dps-mozo with --shots > 1: plan on paper 000's unproven per-token claim (docs/PRIVACY.md)")] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -256,7 +262,7 @@ def plan(
     if token_level and max_new_tokens is None:
         max_new_tokens = 50
     if method == "dps-mozo":
-        shots = shots or 4
+        shots = shots or 1
         if dataset_size is None:
             _fail("--dataset-size N needed for dps-mozo (or --dataset NAME to plan against its open budget)")
         sampling_rate = sampling_rate or min(1.0, shots / dataset_size)
@@ -264,7 +270,9 @@ def plan(
         sampling_rate = 1.0  # adapmixed: every member answers every token (no subsampling); synthetic-icl: free
     elif sampling_rate is None and dataset_size is not None:
         per_query = (splits or 10) * (shots or 2) if method == "dp-fewshot" else teachers * (shots or 4)
-        sampling_rate = min(1.0, per_query / dataset_size)
+        pools = (budget_state or {}).get("label_pool_sizes") if method == "dp-fewshot" else None
+        # a classification dataset's labels are generated from per-label pools: the smallest sets the rate
+        sampling_rate = min(1.0, per_query / (min(pools) if pools else dataset_size))
     given = (("--sampling-rate", sampling_rate), ("--epsilon", epsilon), ("--delta", delta))
     missing = [n for n, v in given if v is None]
     if missing:
@@ -280,7 +288,8 @@ def plan(
         if token_level:
             options["max_new_tokens"] = max_new_tokens
         if method == "dps-mozo":
-            options.update(dataset_size=dataset_size, shots=shots)
+            options.update(dataset_size=dataset_size, shots=shots,
+                           accept_unproven_guarantee=accept_unproven_guarantee or None)
         result = planning.plan(method, sampling_rate=sampling_rate, queries=queries, epsilon=epsilon, delta=delta,
                                **options)
     except ValueError as err:

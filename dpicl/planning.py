@@ -239,11 +239,16 @@ def budget_state(con, dataset: str) -> dict[str, Any]:
 
     try:
         budget = require_budget(con, dataset)
+        info = get_dataset(con, dataset)
+        # dp-fewshot generates each label from its own pool: the smallest pool sets the charged rate
+        pools = [n for (n,) in con.execute("SELECT count(*) FROM records WHERE dataset = ? GROUP BY output",
+                                           [dataset]).fetchall()] if info["task"] == "classification" else []
         return {
             "dataset": dataset,
             "epsilon_limit": budget.epsilon,
             "delta": budget.delta,
-            "n_records": get_dataset(con, dataset)["n_records"],
+            "n_records": info["n_records"],
+            "label_pool_sizes": pools,
             "events": ledger_events(con, dataset),
         }
     finally:

@@ -219,7 +219,8 @@ def test_ingest_a_line_format_with_labels_from_the_command_line(tmp_path):
 
 def test_plan_dps_mozo_gives_the_papers_beta():
     """MECHANISMS §11.1 (000 Table 5, SAMSum ε = 2): N = 14,732, 4 shots, 100 queries × 50 tokens, α = 8."""
-    args = ["plan", "--method", "dps-mozo", "--dataset-size", "14732", "--shots", "4", "--queries", "100",
+    args = ["plan", "--method", "dps-mozo", "--dataset-size", "14732", "--shots", "4", "--accept-unproven-guarantee",
+            "--queries", "100",
             "--max-new-tokens", "50", "--epsilon", "2", "--delta", str(1 / 14732), "--json"]
     out = _json(runner.invoke(app, [*args, "--alpha", "8"]))
     assert out["method"] == "dps-mozo" and out["alpha"] == 8

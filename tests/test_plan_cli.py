@@ -97,7 +97,7 @@ def test_dps_mozo_plans_a_hand_chosen_beta_and_certifies_what_it_costs():
     assert same["epsilon_certified"] == pytest.approx(calibrated["epsilon_certified"], rel=1e-9)
     larger = _json(runner.invoke(app, [*base, "--beta", str(2 * calibrated["beta"])]))
     assert larger["epsilon_certified"] > 3  # over the target: shown, and the ledger would refuse it
-    assert larger["radius"] == pytest.approx(2 * calibrated["beta"] * larger["alpha"])
+    assert larger["radius"] == pytest.approx(2 * calibrated["radius"])  # the ball grows with β at a fixed α
     bad = runner.invoke(app, [*base, "--beta", "-1"])
     assert bad.exit_code == 2 and "--beta" in bad.output
 

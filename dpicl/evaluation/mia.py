@@ -18,7 +18,7 @@ drawn from a pool disjoint from all targets, so that every target is exposed in 
   "non-private aggregation");
 * every sample-level method — ``esa``, ``ksa-jem``, ``ksa-ptr``, ``sga`` (and ``sga top-1``, its first public
   candidate), ``ksa-public`` — at ε = ∞ (the aggregate without noise) and at each ε, released exactly as the
-  pipeline does (``tasks.aggregate.AGGREGATORS`` and the release post-processing, through
+  pipeline does (``tasks.aggregate.aggregate_as_planned`` and the release post-processing, through
   ``evaluation.sweep``; SGA and KSA-public run their public ensemble on the config's public data);
 * ``synthetic-icl`` at each ε: DP few-shot generation (002) writes one synthetic demonstration whose public input
   is the attack's query, from the trial's teachers as its M splits (the target in one split at every token),
@@ -273,7 +273,7 @@ def planned_setting(method: str, epsilon: float, delta: float, *, sampling_rate:
 
 
 def plan_probability_settings(epsilons: Sequence[float], delta: float, *, n_records: int, queries: int,
-                              max_new_tokens: int, mozo_shots: int = 4, mozo_top_k: int = dps_mozo.DEFAULT_TOP_K,
+                              max_new_tokens: int, mozo_shots: int = 1, mozo_top_k: int = dps_mozo.DEFAULT_TOP_K,
                               ada_members: int = 4, ada_alpha: int = adapmixed.ALPHA) -> dict[str, list[DPSetting]]:
     """DPS-MOZO and AdaPMixED settings for each ε, planned for ``queries`` queries of ``max_new_tokens`` tokens.
     ``epsilon_experiment``: DPS-MOZO with the target in every token of every query (sampling rate 1); AdaPMixED
@@ -285,7 +285,9 @@ def plan_probability_settings(epsilons: Sequence[float], delta: float, *, n_reco
     out: dict[str, list[DPSetting]] = {"dps-mozo": [], "adapmixed": []}
     for eps in epsilons:
         p = planning.plan("dps-mozo", sampling_rate=mozo_shots / n_records, queries=queries, epsilon=eps,
-                          delta=delta, dataset_size=n_records, max_new_tokens=max_new_tokens, shots=mozo_shots)
+                          delta=delta, dataset_size=n_records, max_new_tokens=max_new_tokens, shots=mozo_shots,
+                          # an attack measures the mechanism as configured, proven or not; it charges no budget
+                          accept_unproven_guarantee=mozo_shots > 1)
         forced = [DPSMozoEvent(float(p["beta"]), int(p["alpha"]), 1.0, max_new_tokens)] * queries
         out["dps-mozo"].append(DPSetting(eps, {"beta": float(p["beta"]), "alpha": int(p["alpha"]),
                                                "top_k": mozo_top_k, "shots": mozo_shots,
@@ -502,11 +504,12 @@ def _mozo_logprob(zero_lp: np.ndarray, member_rows: np.ndarray, filler_rows: np.
     if where.size == 0:  # outside the public K: probability 0 whatever the demonstrations
         return np.full(len(member_rows), floor)
     zero = dps_mozo.truncate(zero_lp, ids)
-    fill = [dps_mozo.mix_logits(r, zero, dps_mozo.choose_lambda(r, zero, beta, alpha))
+    shots = 1 + len(filler_rows)  # the ball's radius depends on the rows of the token, as in the mechanism
+    fill = [dps_mozo.mix_logits(r, zero, dps_mozo.choose_lambda(r, zero, beta, alpha, shots=shots))
             for r in dps_mozo.truncate(filler_rows, ids)] if len(filler_rows) else []
     out = np.empty(len(member_rows))
     for m, row in enumerate(dps_mozo.truncate(member_rows, ids)):
-        mixed = dps_mozo.mix_logits(row, zero, dps_mozo.choose_lambda(row, zero, beta, alpha))
+        mixed = dps_mozo.mix_logits(row, zero, dps_mozo.choose_lambda(row, zero, beta, alpha, shots=shots))
         p = dps_mozo.product_distribution(np.stack([mixed, *fill]))[where[0]]
         out[m] = math.log(p) if p > 0 else floor
     return np.maximum(out, floor)
@@ -544,7 +547,7 @@ def _ada_logprob(zero_lp: np.ndarray, member_rows: np.ndarray, filler_rows: np.n
 
 def probability_attack_scores(backend, task: TaskConfig, records: Sequence[Record], test: Sequence[int],
                               fillers: Sequence[int], *, max_new_tokens: int, mozo_settings: Sequence[DPSetting] = (),
-                              ada_settings: Sequence[DPSetting] = (), mozo_shots: int = 4, ada_members: int = 4,
+                              ada_settings: Sequence[DPSetting] = (), mozo_shots: int = 1, ada_members: int = 4,
                               ada_top_k: int = adapmixed.TOP_K, ada_screen_lambda: float = adapmixed.SCREEN_LAMBDA,
                               ada_screen_sigma: float = adapmixed.SCREEN_SIGMA,
                               ada_threshold: float = adapmixed.THRESHOLD, floor: float = LOG_FLOOR,
@@ -705,7 +708,7 @@ def method_config(cfg: Config, name: str, public_dataset: str | None = None, **m
 def run_demo_mia(*, members: int = 40, nonmembers: int = 40, teachers: int = 10, shots: int = 1,
                  candidates: int | None = None, epsilons: Sequence[float] = (1.0, 8.0), delta: float = 1e-5,
                  truncate_fraction: float = 0.5, methods: Sequence[str] = REPEAT_METHODS,
-                 probability_examples: int = 11, mozo_shots: int = 4, ada_members: int = 4,
+                 probability_examples: int = 11, mozo_shots: int = 1, ada_members: int = 4,
                  label_examples: int = 20, label_teachers: int = 10, label_config: str = "agnews-rnm",
                  attacks: Sequence[str] = ("repeat", "probability"), full_icl: bool = False, seed: int | None = None,
                  bootstrap: int = 1000, config: str = "demo", backend=None, encoder=None, timings: dict | None = None,

@@ -65,7 +65,7 @@ def test_ptr_event_fields_defaults_and_json():
     assert e.sigma == pytest.approx(3.738)
     assert e.failure_delta == pytest.approx(400 / 14732 * 1.823e-5)
     q, d0 = 400 / 14732, 1.823e-5
-    assert e.amplified_rate == pytest.approx(q * (1 - d0) / (1 - q * d0)) and e.amplified_rate < q
+    assert e.amplified_rate == q / (1 - q * d0) > q  # sound: larger than q (paper 001 Thm 12: smaller)
     back = event_from_json(e.to_json())
     assert back == e and type(back) is SubsampledPTREvent
     assert json.loads(e.to_json())["delta0"] == 1.823e-5

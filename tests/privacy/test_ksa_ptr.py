@@ -41,15 +41,15 @@ VECTORS = [
 GRID_TOL = 1.1e-5
 
 
-def paper_convention_epsilon(eps_em, sigma, delta0, q, queries, delta, subtract, xatol=1e-5):
+def paper_convention_epsilon(eps_em, sigma, delta0, q, queries, delta, subtract, xatol=1e-5, rate=None):
     """ε as the 001 notebook computes it (cell 16, ``compose_subsampled_EMandPTR_to_approxDP``).
 
     Per query α/(2σ²) + ε_EM(α) amplified at rate q(1−δ0)/(1−q·δ0) (autodp's general Poisson bound), composed
     ``queries`` times; autodp's non-integer orders: (α−1)ε(α) linearly interpolated between integers and ε(2)
     on (1, 2]; BBGHS at δ − ``subtract`` minimised by ``minimize_scalar`` over α ∈ (1, 200) (scipy's default
-    ``xatol`` = 1e-5, as in the notebook).
+    ``xatol`` = 1e-5, as in the notebook). ``rate``: another amplification rate (dpicl's sound q/(1−q·δ0)).
     """
-    rate = q * (1 - delta0) / (1 - q * delta0)
+    rate = q * (1 - delta0) / (1 - q * delta0) if rate is None else rate
     curve = queries * poisson_subsampled_rdp(
         lambda a: gaussian_rdp(sigma, a) + exponential_rdp(eps_em, a), rate, 200, math.inf, "autodp")
     moment = np.arange(1, 200) * curve  # (α−1)ε(α) at α = 2..200
@@ -133,10 +133,15 @@ def test_corrected_vectors_and_our_accountant_is_sound(eps_em, sigma, frac, pape
     assert reference == pytest.approx(corrected, abs=5e-5)
     events = [ksa_ptr.cost(eps_em, sigma, delta0, Q)] * T
     ours = RDPAccountant().epsilon(events, DELTA)
-    assert ours >= reference - GRID_TOL  # never below the continuous-α value: sound
-    exact = paper_convention_epsilon(eps_em, sigma, delta0, Q, T, DELTA, T * Q * delta0, xatol=1e-10)
-    assert reference >= exact >= ours - 1e-8  # the notebook's search error, not a looser bound of ours
-    assert ours == pytest.approx(corrected, abs=5e-5)  # and no looser here (the optimum is at an integer α)
+    # dpicl amplifies at q/(1−q·δ0), above 001 Thm 12's q(1−δ0)/(1−q·δ0) (whose proof has a gap): never below the
+    # paper's chain, and above it by no more than 1e-3 here
+    assert reference - GRID_TOL <= ours <= reference + 1e-3
+    sound_rate = Q / (1 - Q * delta0)
+    at_our_rate = paper_convention_epsilon(eps_em, sigma, delta0, Q, T, DELTA, T * Q * delta0, rate=sound_rate)
+    assert ours >= at_our_rate - GRID_TOL  # never below the continuous-α value at the same rate: sound
+    exact = paper_convention_epsilon(eps_em, sigma, delta0, Q, T, DELTA, T * Q * delta0, xatol=1e-10,
+                                     rate=sound_rate)
+    assert at_our_rate >= exact >= ours - 1e-8  # the notebook's search error, not a looser bound of ours
     assert total_epsilon(events, DELTA) == ours
     assert ksa_ptr.ptr_offset(sigma, delta0) == pytest.approx(off_fix, abs=5e-3)
 

@@ -220,7 +220,7 @@ Q_PTR = 400 / 14732
 def test_ptr_curve_is_the_amplified_sum_at_the_modified_rate():
     e = SubsampledPTREvent(0.9, 1.869, 1.823e-5, Q_PTR)
     acc = RDPAccountant()
-    rate = Q_PTR * (1 - 1.823e-5) / (1 - Q_PTR * 1.823e-5)
+    rate = Q_PTR / (1 - Q_PTR * 1.823e-5)  # sound: above 001 Thm 12's q(1−δ0)/(1−q·δ0), whose proof has a gap
     expected = poisson_subsampled_rdp(lambda a: gaussian_rdp(1.869, a) + exponential_rdp(0.9, a), rate, 199,
                                       math.inf, "autodp")
     np.testing.assert_allclose(acc.rdp([e] * 3), 3 * expected, rtol=1e-12)

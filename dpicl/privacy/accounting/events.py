@@ -127,7 +127,7 @@ class SubsampledPTREvent(PrivacyEvent):
     propose-test-release test: Gaussian noise of std ``sensitivity * noise_multiplier`` on a statistic of
     sensitivity ``sensitivity``, calibrated so that the test passes with probability ≤ ``delta0`` when the
     released set is not stable. The query is ``delta0``-approximately (α/(2·nm²) + ε_EM(α))-RDP (Thm 10–11); under
-    Poisson(q) it is q·``delta0``-approximately RDP with the amplification of rate q(1−δ0)/(1−q·δ0) (Thm 12).
+    Poisson(q) it is q·``delta0``-approximately RDP, amplified at the rate q/(1−q·δ0) (see ``amplified_rate``).
     A query whose test fails costs the same as one that passes. ``mechanism`` is a label.
     """
 
@@ -160,9 +160,12 @@ class SubsampledPTREvent(PrivacyEvent):
 
     @property
     def amplified_rate(self) -> float:
-        """q(1−δ0)/(1−q·δ0): the rate at which the conditional mechanism is amplified (Thm 12)."""
+        """q/(1−q·δ0), at most 1: the rate at which the conditional mechanism (the PTR test passed where it should
+        fail, probability ≤ q·δ0, set aside) is amplified. Paper 001 Thm 12 uses q(1−δ0)/(1−q·δ0), whose proof
+        has a gap; conditioning on an event of probability ≥ 1 − q·δ0 raises a record's inclusion probability to
+        at most q/(1−q·δ0), a larger rate and so a sound one (ε moves by ≤ 1e-3 at the planned settings)."""
         q, d0 = self.sampling_rate, self.delta0
-        return q * (1 - d0) / (1 - q * d0)
+        return min(1.0, q / (1 - q * d0))
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,7 @@ class ModelConfig(_Strict):
     never from config. `device`, `dtype`, `threads` and `batch_size` apply to `hf` (and `vllm`: all but
     `batch_size`, as it schedules its own batches); a server decides them for itself.
 
-    `batch_invariant` (default true; DESIGN.md privacy invariant 10, docs/PRIVACY.md): each teacher's output is
+    `batch_invariant` (default true; privacy invariant 10, docs/PRIVACY.md): each teacher's output is
     a function of its own prompt alone. `hf` then runs every prompt in its own forward passes and `batch_size`
     is unused. `false` opts out: `hf` batches `batch_size` prompts of similar length (faster), and the result of
     one prompt may differ, in its last bits or a greedy token, with the other prompts of the call, so one record
@@ -423,8 +423,8 @@ class Config(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _no_seed(cls, raw):
-        # answer, synthesize, serve and rerun draw noise from a cryptographically seeded generator only (design
-        # invariant 6), whatever the environment: a fixed seed makes the noise predictable
+        # answer, synthesize, serve and rerun draw noise from a cryptographically seeded generator only (privacy
+        # invariant 6, docs/PRIVACY.md), whatever the environment: a fixed seed makes the noise predictable
         if isinstance(raw, dict) and raw.get("seed") is not None:
             raise ValueError("`seed` is not accepted in a run config: answering and synthesizing always draw noise "
                              "from a cryptographically seeded generator. Remove it (reproducible benchmark runs: "

@@ -3,7 +3,7 @@
 The embedded default is all-MiniLM-L6-v2 (384-d), loaded offline from its PyPI package. Vectors come back
 unit-normalized, so inner product is cosine similarity (what the FAISS candidate search relies on).
 
-Batch invariance (DESIGN.md, privacy invariant 10): by default every text is encoded in its own forward pass
+Batch invariance (privacy invariant 10, docs/PRIVACY.md): by default every text is encoded in its own forward pass
 (no padding to a longer neighbour), so a private text's embedding, down to its bits, does not depend on the
 other texts of the call. Batched encoding (`batch_invariant=False`) is faster, but sentence-transformers sorts a
 call's texts by length and pads each batch to its longest: one text's vector may then change in its last bits

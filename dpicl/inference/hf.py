@@ -1,6 +1,6 @@
 """The `hf` backend: generation with transformers, on CPU by default and on CUDA when present.
 
-Batch invariance (DESIGN.md, privacy invariant 10; docs/PRIVACY.md). By default (`batch_invariant=True`) every
+Batch invariance (privacy invariant 10, docs/PRIVACY.md). By default (`batch_invariant=True`) every
 prompt runs in its own forward passes: its own shape, no padding, its own KV cache, and (seeded sampling) its own
 random stream, seeded from the call's seed and its position. So each output, down to the bits of every float, is
 a function of its own prompt alone (and of public quantities: the model, the parameters, the position), never of

@@ -33,7 +33,7 @@ def create_run(con: duckdb.DuckDBPyConnection, run_id: str, method: str, dataset
 
 def store_plan(con: duckdb.DuckDBPyConnection, run_id: str, backlog: str, plan: Mapping, event_json: str) -> None:
     """Store the run's per-query plan (public numbers) and the privacy event one query costs: every task of the run
-    reads them from here, never from a config file (design invariant 9)."""
+    reads them from here, never from a config file (privacy invariant 9, docs/PRIVACY.md)."""
     con.execute(
         "INSERT INTO artifacts (key, stage, backlog, query_id, private, format, payload, run_id) "
         "VALUES (?, 'run_plan', ?, '', false, 'json', ?, ?)",

@@ -33,7 +33,7 @@ from dpicl.tasks.common import STAGE
 
 
 # Each aggregator takes the plan numbers it passes to its mechanism, hands the event of exactly those numbers to
-# `paid` (which raises unless the ledger reserved that event: design invariant 9), and only then draws. `rate` is
+# `paid` (which raises unless the ledger reserved that event: privacy invariant 9), and only then draws. `rate` is
 # the sampling rate the charge may assume for this query's subsample (1 when a rerun reuses one).
 
 def _esa(cfg: Config, plan: dict, rate: float, inputs: dict[str, Any], rng, paid) -> Any:

@@ -3,7 +3,7 @@ per process) and the accountant adapter used by the ledger. No algorithm lives h
 
 A config *file* is read once, when a run opens (`config`); from then on every task of the run reads the config and
 plan stored with the run (`run`), so editing the file of a scheduled run cannot change what a running one uses
-(design invariant 9: what is charged is what is used)."""
+(privacy invariant 9, docs/PRIVACY.md: what is charged is what is used)."""
 
 from __future__ import annotations
 

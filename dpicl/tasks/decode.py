@@ -1,7 +1,7 @@
 """Token-level methods' answer stage (dps-mozo, adapmixed): replaces infer → aggregate → release with a decode
-loop per query (DESIGN.md). Pay first, check that what is about to be used is what was paid for, then decode: the query's data-independent cost for
-`generation.max_new_tokens` tokens is reserved in the ledger (committed) before the first token is drawn, and
-the answer is stored with its ledger entry. Returns ids, statuses and ε only."""
+loop per query. Pay first, check that what is about to be used is what was paid for, then decode: the query's
+data-independent cost for `generation.max_new_tokens` tokens is reserved in the ledger (committed) before the first
+token is drawn, and the answer is stored with its ledger entry. Returns ids, statuses and ε only."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def _answer(cfg: Config, backend, plan: dict, records: list, teacher_key: bytes,
 @task(name="decode", **STAGE)
 def decode(db_path: str, run_id: str, query_ids: list[str]) -> list[dict]:
     """Returns one row per answered query: query id, status and ε cost (no text); unpaid queries are refused.
-    Every parameter comes from the run's stored config and plan (design invariant 9)."""
+    Every parameter comes from the run's stored config and plan (privacy invariant 9, docs/PRIVACY.md)."""
     rows, refused = [], []
     with context.database(db_path) as con:
         run = context.run(con, run_id)

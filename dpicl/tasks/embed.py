@@ -18,7 +18,7 @@ PUBLIC_TEXTS = {"esa": ("candidates", "candidates", "candidate_texts", "candidat
 @task(name="embed", **STAGE)
 def embed(db_path: str, run_id: str, outputs: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     """Returns {query id: {"teachers": key, <public embeddings>: key, <public texts>: key, …the input keys}}."""
-    cfg = context.run_at(db_path, run_id).cfg  # the run's stored config, never the file (design invariant 9)
+    cfg = context.run_at(db_path, run_id).cfg  # the run's stored config, not the file (privacy invariant 9)
     params = cfg.embedding.model_dump()
     source, name, texts_name, stage = PUBLIC_TEXTS[cfg.method.name]
     with context.database(db_path) as con:

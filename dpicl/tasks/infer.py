@@ -39,7 +39,7 @@ def label_votes(backend, prompts: list[str], cfg: Config) -> list[int]:
 def infer(db_path: str, run_id: str, prompts: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     """Returns {query id: {"teacher_outputs" | "teacher_votes": key, ["candidates": key], "zero_shot": key,
     ["public_outputs": key, "public_example": key]}}."""
-    cfg = context.run_at(db_path, run_id).cfg  # the run's stored config, never the file (design invariant 9)
+    cfg = context.run_at(db_path, run_id).cfg  # the run's stored config, not the file (privacy invariant 9)
     classify = cfg.task.type == "classification"
     stage = "teacher_votes" if classify else "teacher_outputs"
     params = {"model": cfg.model.model_dump(),

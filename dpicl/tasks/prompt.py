@@ -20,7 +20,7 @@ from dpicl.tasks.common import STAGE
 @task(name="prompt", **STAGE)
 def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict[str, str]]:
     """Returns {query id: {"teachers": key, "zero_shot": key, ["public_prompts": key, "public_example": key]}}."""
-    cfg = context.run_at(db_path, run_id).cfg  # the run's stored config, never the file (design invariant 9)
+    cfg = context.run_at(db_path, run_id).cfg  # the run's stored config, not the file (privacy invariant 9)
     task_cfg = cfg.task.model_dump()
     with context.database(db_path) as con:
         records = {r.record_id: r for r in load_records(con, cfg.private_dataset)}

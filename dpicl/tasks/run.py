@@ -81,7 +81,7 @@ def open_run(config_path: str, db_path: str) -> dict:
         run_id = uuid.uuid4().hex
         flow_run_id = runtime.flow_run.id
         numbers = plan_numbers(plan)
-        # the config and plan every task of this run reads (never the file again: design invariant 9)
+        # the config and plan every task of this run reads (never the file again: privacy invariant 9, docs/PRIVACY.md)
         create_run(con, run_id, method.name, cfg.private_dataset, cfg.backlog, cfg.model_dump(mode="json"),
                    str(flow_run_id) if flow_run_id else None)
         store_plan(con, run_id, cfg.backlog, numbers, event_json)

@@ -1,4 +1,4 @@
-"""Privacy invariant 10 (DESIGN.md): a teacher's output is a function of its own prompt only.
+"""Privacy invariant 10 (docs/PRIVACY.md): a teacher's output is a function of its own prompt only.
 
 On the embedded SmolLM2-135M-Instruct through the hf backend: one prompt's greedy tokens, seeded samples, label
 log-probabilities and next-token log-probabilities stay identical, to the bit, when another prompt of the same

@@ -1,4 +1,4 @@
-"""What is charged is what is used (design invariant 9), through the flows with fake models:
+"""What is charged is what is used (privacy invariant 9, docs/PRIVACY.md), through the flows with fake models:
 
 * a run's tasks use the config and plan stored when it opened, never the config file edited since;
 * dp-fewshot samples at the rate it is charged for;

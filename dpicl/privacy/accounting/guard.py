@@ -1,5 +1,5 @@
 """The last check before a draw: the privacy event of the parameters a mechanism is about to use must be the
-event the ledger reserved (design invariant 9, "what is charged is what is used").
+event the ledger reserved (privacy invariant 9, docs/PRIVACY.md, "what is charged is what is used").
 
 Callers rebuild the event from the values they pass to the mechanism — the sampling rate they sample at, the
 noise they add, the tokens they may decode, the members or shots they prompt — with the same cost function that

@@ -59,3 +59,18 @@ def test_bundled_benchmark_configs_ingest_the_shared_data(name, tmp_path):
         references = {r for (r,) in con.execute("SELECT DISTINCT reference FROM queries").fetchall()}
         assert outputs == references == set(cfg.task.labels)
     con.close()
+
+
+@pytest.mark.parametrize("test_mode", ["0", "1"])
+def test_a_run_config_with_a_fixed_seed_is_refused_whatever_the_environment(tmp_path, monkeypatch, test_mode):
+    """answer, synthesize, serve and rerun load their config through load_config: a fixed seed never reaches them,
+    not even with DPICL_TEST_MODE=1 (that mode is for the privacy core's own tests)."""
+    from dpicl.config import ConfigError, load_config
+
+    monkeypatch.setenv("DPICL_TEST_MODE", test_mode)
+    path = tmp_path / "seeded.yaml"
+    path.write_text("name: s\nprivate_dataset: p\nbacklog: b\nseed: 7\n")
+    with pytest.raises(ConfigError, match="seed"):
+        load_config(path)
+    path.write_text("name: s\nprivate_dataset: p\nbacklog: b\nseed: null\n")  # as runs stored it before
+    assert load_config(path).name == "s"

@@ -135,3 +135,24 @@ def test_planning_against_a_dataset_without_budget_or_an_old_database_fails_clea
     result = runner.invoke(app, ["plan", "--method", "ksa-jem", "--dataset", "priv", "--db",
                                  str(tmp_path / "missing.duckdb")])
     assert result.exit_code == 2 and "no dpicl database" in " ".join(result.output.split())
+
+
+@pytest.mark.slow
+def test_dp_fewshot_plan_on_classification_data_prices_the_smallest_label_pool(tmp_path):
+    """Each label is generated from its own pool: the smallest pool (20 of 200 records) sets the charged rate."""
+    from dpicl.storage.db import connect
+    from dpicl.storage.ingest import FieldMap, ingest_dataset
+    from dpicl.storage.ledger import open_budget
+
+    labels = ["a"] * 20 + ["b"] * 180
+    data = tmp_path / "labelled.jsonl"
+    data.write_text("".join(json.dumps({"id": f"r{i}", "x": f"text {i}", "y": y}) + "\n" for i, y in enumerate(labels)))
+    db = tmp_path / "cls.duckdb"
+    con = connect(db)
+    ingest_dataset(con, data, "cls", "private", "classification", FieldMap(id="id", input="x", output="y"))
+    open_budget(con, "cls", 4.0, 1e-5)
+    con.close()
+    out = _json(runner.invoke(app, ["plan", "--method", "dp-fewshot", "--dataset", "cls", "--splits", "2",
+                                    "--shots", "2", "--queries", "2", "--max-new-tokens", "5", "--db", str(db),
+                                    "--json"]))
+    assert out["sampling_rate"] == pytest.approx(4 / 20)  # not 4/200, the whole dataset's rate

@@ -100,7 +100,7 @@ def _token_env(tmp_path, method: dict) -> tuple[str, str]:
     return config, db
 
 
-@pytest.mark.parametrize("method", [{"name": "dps-mozo", "shots": 2}, {"name": "adapmixed", "members": 3}])
+@pytest.mark.parametrize("method", [{"name": "dps-mozo", "shots": 1}, {"name": "adapmixed", "members": 3}])
 def test_token_level_methods_decode_with_the_real_model(tmp_path, method):
     config, db = _token_env(tmp_path, method)
     assert answer_backlog(config=config, db=db)["answered"] == 2

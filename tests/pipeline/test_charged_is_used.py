@@ -18,10 +18,10 @@ from dpicl.privacy.accounting.events import event_from_json
 from dpicl.privacy.accounting.guard import PrivacyGuardError, require_paid
 from dpicl.privacy.mechanisms import esa
 from dpicl.storage.db import connect
-from dpicl.storage.ingest import FieldMap, ingest_dataset
 from dpicl.storage.ledger import ledger_events, stored_releases
-from tests.pipeline.conftest import PLANNED, write_jsonl
+from tests.pipeline.conftest import PLANNED
 from tests.pipeline.test_methods import LABELS, classification_env  # noqa: F401 (fixture)
+from tests.pipeline.test_token_methods import public_env  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow  # each flow run starts Prefect
 
@@ -112,18 +112,6 @@ def test_esa_infers_with_the_stored_config_when_the_file_is_edited_mid_run(pipel
 
 # ---------------------------------------------------------------------- item 1: dp-fewshot samples at its charge
 
-@pytest.fixture
-def public_env(pipeline_env, tmp_path):
-    config, db = pipeline_env
-    public = write_jsonl(tmp_path / "public.jsonl", [
-        {"id": f"p{i}", "text": f"public ticket {i}", "summary": f"public summary {i}"} for i in range(10)])
-    con = connect(db)
-    ingest_dataset(con, public, "tiny-public", "public", "summarization",
-                   FieldMap(id="id", input="text", output="summary"))
-    con.close()
-    return config, db
-
-
 def _record_sampling_rates(monkeypatch) -> list[float]:
     from dpicl.tasks import synthesize
 
@@ -138,7 +126,7 @@ def _record_sampling_rates(monkeypatch) -> list[float]:
     return rates
 
 
-def test_dp_fewshot_samples_every_token_at_the_charged_rate(public_env, monkeypatch):
+def test_dp_fewshot_samples_every_token_at_the_charged_rate(public_env, monkeypatch):  # noqa: F811
     config, db = public_env  # 60 private records: splits·shots/|pool| would be 6/60 = 0.1
     _edit(config, method={"name": "dp-fewshot", "splits": 3, "shots": 2, "demos": 2, "top_k": 10,
                           "sampling_rate": 0.01},
@@ -189,7 +177,7 @@ def _tamper(monkeypatch, key: str) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(TAMPERED))
-def test_a_plan_that_differs_from_the_reserved_event_draws_nothing(public_env, monkeypatch, case):
+def test_a_plan_that_differs_from_the_reserved_event_draws_nothing(public_env, monkeypatch, case):  # noqa: F811
     config, db = public_env
     method, key = TAMPERED[case]
     token_level = method["name"] in ("adapmixed", "dps-mozo")
@@ -216,7 +204,7 @@ def test_rnm_with_a_plan_that_differs_from_the_reserved_event_draws_nothing(clas
     assert _count(db, "SELECT count(*) FROM artifacts WHERE stage = 'aggregate'") == 0
 
 
-def test_dp_fewshot_with_a_plan_that_differs_from_its_charge_generates_nothing(public_env, monkeypatch):
+def test_dp_fewshot_with_a_plan_that_differs_from_its_charge_generates_nothing(public_env, monkeypatch):  # noqa: F811
     from dpicl.tasks import synthesize
 
     config, db = public_env

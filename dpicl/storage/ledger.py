@@ -56,8 +56,12 @@ class Reservation:
 
 def open_budget(con: duckdb.DuckDBPyConnection, dataset: str, epsilon: float, delta: float) -> Budget:
     """Open the (only) budget of a private dataset. A budget is never replaced: that would forget spend."""
-    if not (epsilon > 0 and 0 < delta < 1):
-        raise BudgetError(f"a budget needs ε > 0 and 0 < δ < 1 (got ε={epsilon}, δ={delta})")
+    from dpicl.names import name_problem
+    from dpicl.storage.budget_limits import budget_problem
+
+    problem = name_problem(dataset, "dataset name") or budget_problem(epsilon, delta)
+    if problem is not None:
+        raise BudgetError(problem)
     with transaction(con):
         row = con.execute("SELECT kind FROM datasets WHERE name = ?", [dataset]).fetchone()
         if row is None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -23,6 +25,7 @@ from rich.table import Table  # noqa: E402
 
 from dpicl import planning  # noqa: E402
 from dpicl.audit_cli import audit  # noqa: E402
+from dpicl.cli_errors import fail  # noqa: E402
 from dpicl.rerun_cli import rerun  # noqa: E402
 from dpicl.serve_cli import serve  # noqa: E402
 
@@ -36,14 +39,62 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.
 
 
 def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}")
-    raise typer.Exit(2)
+    fail(message)
 
 
 def _connect(db: Path | None, read_only: bool = False):
-    from dpicl.storage.db import connect, default_db_path
+    """The database, or one `error:` line if it cannot be opened (locked, newer schema, missing, not DuckDB)."""
+    import duckdb
 
-    return connect(db or default_db_path(), read_only=read_only)
+    from dpicl.storage import db as storage
+
+    path = db or storage.default_db_path()
+    try:
+        return storage.connect(path, read_only=read_only)
+    except (storage.DatabaseLockedError, storage.SchemaVersionError, FileNotFoundError) as err:
+        _fail(str(err))
+    except (duckdb.Error, OSError, ValueError) as err:  # e.g. not a DuckDB file, a directory, a NUL in the path
+        _fail(f"cannot open the database {str(path)!r} ({type(err).__name__}); check --db")
+
+
+@contextmanager
+def _writing(db: Path | None) -> Iterator:
+    """A read-write connection; if the command fails and it created the database file, the file is removed
+    (a refused first ingest leaves no empty database behind)."""
+    from dpicl.storage.db import default_db_path
+
+    path = Path(db or default_db_path())
+    new = not path.exists()
+    con = _connect(path)
+    try:
+        yield con
+    except BaseException:
+        con.close()
+        if new:
+            for leftover in (path, Path(f"{path}.wal")):
+                leftover.unlink(missing_ok=True)
+        raise
+    con.close()
+
+
+def _check_config(config: str) -> None:
+    """One `error:` line for a config that cannot be read, before a flow (and Prefect) starts."""
+    from dpicl.config import ConfigError, load_config
+
+    try:
+        load_config(config)
+    except ConfigError as err:
+        _fail(str(err))
+
+
+def _check_names(*names: tuple[str | None, str]) -> None:
+    """One `error:` line for the first unusable dataset or backlog name (dpicl.names), before anything opens."""
+    from dpicl.names import name_problem
+
+    for name, what in names:
+        problem = None if name is None else name_problem(name, what)
+        if problem is not None:
+            _fail(problem)
 
 
 def _parse_fields(pairs: list[str]) -> dict[str, str]:
@@ -100,6 +151,7 @@ def ingest(
     else:
         if path is None or name is None:
             _fail("give a file and --name (or --config with a `data:` section)")
+        _check_names((name, "dataset name" if kind != "queries" else "backlog name"))
         if kind not in {"private", "public", "queries"}:
             _fail(f"--as must be private, public or queries (got {kind!r})")
         if distinct_from_existing and kind == "queries":
@@ -129,19 +181,17 @@ def ingest(
                                   subset=part, distinct_from_existing=distinct_from_existing)]
         except ValueError as err:  # pydantic's ValidationError, e.g. an unknown --format
             _fail(f"invalid ingest options: {err}")
-    con = _connect(db)
     try:
-        for source in sources:
-            report = ingest_source(con, source, replace=replace)
-            skipped = "already present or empty" if source.kind == "queries" else "empty"
-            console.print(f"ingested {report.rows_added} rows into {source.name!r}"
-                          + (f" ({report.rows_skipped} skipped: {skipped})" if report.rows_skipped else "")
-                          + (f" ({report.rows_left_out_by_subset} outside the subset)"
-                             if report.rows_left_out_by_subset else ""))
+        with _writing(db) as con:
+            for source in sources:
+                report = ingest_source(con, source, replace=replace)
+                skipped = "already present or empty" if source.kind == "queries" else "empty"
+                console.print(f"ingested {report.rows_added} rows into {source.name!r}"
+                              + (f" ({report.rows_skipped} skipped: {skipped})" if report.rows_skipped else "")
+                              + (f" ({report.rows_left_out_by_subset} outside the subset)"
+                                 if report.rows_left_out_by_subset else ""))
     except IngestError as err:
         _fail(str(err))
-    finally:
-        con.close()
 
 
 @budget_app.command("open")
@@ -152,15 +202,18 @@ def budget_open(
     db: DbOption = None,
 ) -> None:
     """Open the privacy budget of a private dataset (once; spend is permanent)."""
+    from dpicl.storage.budget_limits import budget_problem
     from dpicl.storage.ledger import BudgetError, open_budget
 
-    con = _connect(db)
+    _check_names((dataset, "dataset name"))
+    problem = budget_problem(epsilon, delta)
+    if problem is not None:  # before the database is opened (or created)
+        _fail(problem)
     try:
-        open_budget(con, dataset, epsilon, delta)
+        with _writing(db) as con:
+            open_budget(con, dataset, epsilon, delta)
     except BudgetError as err:
         _fail(str(err))
-    finally:
-        con.close()
     console.print(f"opened budget ε={epsilon:g}, δ={delta:g} on {dataset!r}")
     # docs/PRIVACY.md, "What is treated as public": said where the budget is opened, so nobody learns it later
     console.print("note: the dataset's record count (and, for classification, each label's record count) is treated "
@@ -174,6 +227,7 @@ def budget_show(dataset: str, db: DbOption = None, as_json: JsonOption = False) 
     from dpicl.storage.ledger import BudgetError, budget_summary
     from dpicl.tasks.context import epsilon_of
 
+    _check_names((dataset, "dataset name"))
     con = _connect(db, read_only=True)
     try:
         summary = budget_summary(con, dataset, epsilon_of)
@@ -246,6 +300,7 @@ def plan(
 ) -> None:
     """Per-query noise (or ε) for a target (ε, δ) and number of queries; and what an open budget can still pay."""
     budget_state = None
+    _check_names((dataset, "dataset name"))
     if dataset is None and not as_json:
         dataset = _only_budget(db)
     if dataset is not None:
@@ -330,6 +385,9 @@ def answer(
     max_queries: Annotated[Optional[int], typer.Option(help="answer at most this many pending queries")] = None,
 ) -> None:
     """Run the `answer_backlog` flow: answer the backlog's pending queries, each paid from the budget."""
+    _check_config(config)
+    if max_queries is not None and max_queries < 1:
+        _fail(f"--max-queries must be at least 1 (got {max_queries})")
     from dpicl.flows.answer_backlog import answer_backlog
 
     result = answer_backlog(config=config, db=str(db) if db else None, max_queries=max_queries)
@@ -343,6 +401,7 @@ def synthesize(
     db: DbOption = None,
 ) -> None:
     """Run the `synthesize_demos` flow: DP synthetic demonstrations as a public dataset, for one ledger charge."""
+    _check_config(config)
     from dpicl.flows.synthesize_demos import synthesize_demos
 
     try:
@@ -400,6 +459,7 @@ def releases(backlog: str, db: DbOption = None, as_json: JsonOption = False) -> 
     """Show a backlog's stored releases (serving them again is free: post-processing)."""
     from dpicl.storage.ledger import stored_releases
 
+    _check_names((backlog, "backlog name"))
     con = _connect(db, read_only=True)
     try:
         rows = stored_releases(con, backlog)

@@ -476,13 +476,33 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
 def load_config(name_or_path: str | Path) -> Config:
     path = resolve_config_path(name_or_path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # the file's shape first: a list, a scalar or nothing at all is no config (and would crash below)
+        if raw is None:
+            raise ConfigError(f"{path}: the config is empty; it must be a mapping of settings (name, method, ...)")
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the config is {_yaml_kind(raw)}, not a mapping of settings (name, "
+                              "method, ...)")
+        if not isinstance(raw.get("data") or [], list):
+            raise ConfigError(f"{path}: data must be a list of files to ingest")
         for source in raw.get("data") or []:
-            if isinstance(source, dict) and "path" in source:
+            if isinstance(source, dict) and isinstance(source.get("path"), str):
                 source["path"] = str((path.parent / source["path"]).resolve())
         return Config.model_validate(raw)
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
         raise ConfigError(f"{path}: {problems}") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML ({err})") from None
+        # the problem and its position only: the library's message quotes the offending lines
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where} ({getattr(err, 'problem', None) or 'cannot parse'})"
+                          ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: is not UTF-8 text; save the config as UTF-8") from None
+    except (OSError, RecursionError) as err:  # unreadable, or nested too deep to parse
+        raise ConfigError(f"{path}: cannot be read ({type(err).__name__})") from None
+
+
+def _yaml_kind(value: object) -> str:
+    return "a list" if isinstance(value, list) else f"a single value ({type(value).__name__})"

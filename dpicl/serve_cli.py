@@ -11,6 +11,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from dpicl.cli_errors import fail
+
 console = Console()
 
 
@@ -32,11 +34,10 @@ def serve(
     from dpicl.serve import serve as run_serve
 
     if interval is not None and cron is not None:
-        console.print("[bold red]error:[/] give --interval or --cron, not both")
-        raise typer.Exit(2)
+        fail("give --interval or --cron, not both")
     try:
         run_serve(config, str(db) if db else None, interval=interval, cron=cron, host=host, port=port,
                   echo=lambda line: console.print(line, soft_wrap=True, highlight=False))
     except (ServeError, ConfigError) as err:
-        console.print(f"[bold red]error:[/] {err}")
-        raise typer.Exit(2) from None
+        message, _, log_tail = str(err).partition("\n")  # a server that failed to start: its log's tail follows
+        fail(message, details=log_tail or None)

@@ -52,6 +52,7 @@ from typing import Literal
 
 import duckdb
 
+from dpicl.names import name_problem
 from dpicl.storage.db import transaction
 
 FORMATS = {
@@ -173,6 +174,7 @@ def ingest_dataset(con: duckdb.DuckDBPyConnection, path: str | Path, name: str,
     if kind not in ("private", "public"):
         raise ValueError(f"kind must be 'private' or 'public', not {kind!r}")
     path = Path(path)
+    _check_name(path, name, "dataset name")
     roles = {"id": (fields.id, True), "input": (fields.input, True), "output": (fields.output, True)}
     options = _Options.check(path, format, pattern, header, labels, fields, ("output",), subset)
     with transaction(con):
@@ -220,6 +222,7 @@ def ingest_queries(con: duckdb.DuckDBPyConnection, path: str | Path, backlog: st
     reference field.
     """
     path = Path(path)
+    _check_name(path, backlog, "backlog name")
     roles = {"id": (fields.id, True), "input": (fields.input, True), "reference": (fields.reference, False)}
     options = _Options.check(path, format, pattern, header, labels, fields, ("reference",), subset)
     with transaction(con):
@@ -243,6 +246,12 @@ def ingest_queries(con: duckdb.DuckDBPyConnection, path: str | Path, backlog: st
             [backlog, last, str(path.resolve()), backlog]).fetchone()[0]
         source.drop()
         return IngestReport(backlog, path, added, total - added + source.skipped, source.left_out)
+
+
+def _check_name(path: Path, name: object, what: str) -> None:
+    problem = name_problem(name, what)
+    if problem is not None:
+        raise IngestError(path, problem)
 
 
 @dataclass(frozen=True)
@@ -463,8 +472,16 @@ class _Source:
     def _read_csv(self) -> None:
         delim = "\t" if self.fmt == "tsv" else ","
         has_header = self.options.header
-        with open(self.path, newline="", encoding="utf-8-sig") as f:
-            first = next(csv.reader(f, delimiter=delim), [])
+        try:
+            with open(self.path, newline="", encoding="utf-8-sig") as f:
+                first = next(csv.reader(f, delimiter=delim), [])
+        except csv.Error as error:  # the message is a fixed text or the limit, never a value from the file
+            if "field limit" in str(error):
+                raise self.error(f"the first line has a field over {csv.field_size_limit():,} characters; a "
+                                 "header's column names (or, without a header, the first row's fields) must be "
+                                 "shorter", line=1) from None
+            raise self.error(f"the first line could not be read as {self.fmt.upper()}; check the delimiter and "
+                             "quoting", line=1) from None
         if has_header:
             header = [name or f"column{i}" for i, name in enumerate(first, 1)]
         else:  # the first record only tells how many columns there are

@@ -4,6 +4,12 @@ One DuckDB file holds everything (DESIGN.md, "Storage"). DuckDB allows one writi
 that process holds it no other process can open it at all, not even read-only (docs/STACK.md): `connect` turns
 that lock error into one that says so and what to do.
 
+The database holds private records: its files are the owner's only. `connect` narrows the process's umask to
+owner-only (0600 files, 0700 directories) before opening a file, for the rest of the process, because DuckDB
+creates the WAL (`<db>.wal`) and spill files (`<db>.tmp/`) later, on its own, at the first write after each
+checkpoint; and a read-write `connect` takes group and other permissions away from an existing database file
+and WAL of its owner (one created before this rule, or copied in). docs/SECURITY.md says what this protects.
+
 Migrations are the files `migrations/NNNN_name.sql`, applied in order, each in its own transaction, and
 recorded in `schema_migrations`. Read-write connections apply pending ones; read-only connections never
 migrate and refuse a database whose schema is older than this code.
@@ -57,6 +63,8 @@ def connect(path: str | Path | None = None, read_only: bool = False) -> duckdb.D
         raise FileNotFoundError(
             f"no dpicl database at {target}; create it first with a command that writes (e.g. `dpicl ingest`)"
         )
+    if target != ":memory:":
+        restrict_new_files()
     try:
         con = duckdb.connect(target, read_only=read_only)
     except duckdb.IOException as error:
@@ -74,11 +82,30 @@ def connect(path: str | Path | None = None, read_only: bool = False) -> duckdb.D
         if read_only:
             _check_current(con, target)
         else:
+            _owner_only(Path(target), Path(f"{target}.wal"))
             _migrate(con)
     except BaseException:
         con.close()
         raise
     return con
+
+
+def restrict_new_files() -> None:
+    """Files and directories this process creates from now on are its owner's only (umask 077 added to the
+    current one, never loosened)."""
+    current = os.umask(0o077)
+    os.umask(current | 0o077)
+
+
+def _owner_only(*paths: Path) -> None:
+    """chmod go-rwx on those of `paths` that exist, are regular files and belong to this user."""
+    for path in paths:
+        try:
+            info = path.stat()
+            if info.st_uid == os.getuid() and info.st_mode & 0o077 and path.is_file():
+                path.chmod(info.st_mode & 0o700)
+        except FileNotFoundError:
+            continue
 
 
 @contextmanager

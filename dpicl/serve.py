@@ -18,12 +18,20 @@ is the installed package, so the same command works in a shell, under systemd an
 deployments with a `process` work pool are declared in `prefect.yaml` (docs/ops/deployments.md).
 
 Parameters carry names and paths only (config, database); no private text reaches Prefect.
+
+Security (docs/SECURITY.md): the API requires a token, sent as HTTP basic auth `dpicl:<token>` (Prefect's own
+`server.api.auth_string`, compared in constant time). It is generated on the first start for a database, stored
+owner-only (0600) beside it as `<db>.serve-token`, and printed that once. The server binds the loopback unless
+`--allow-remote` is given (with a warning). The deployed flows are those of `dpicl.served`: config, database and
+the per-run query limit are the deployment's; a call cannot choose a config file or exceed the limit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -35,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEPLOYMENT_NAMES = {"answer_backlog": "answer-backlog", "evaluate": "evaluate", "rerun": "rerun"}
+TOKEN_USER = "dpicl"  # the user part of the basic-auth string; the token is the password
 HEALTH_TIMEOUT_SECONDS = 180.0
 STOP_TIMEOUT_SECONDS = 30.0
 
@@ -52,6 +61,7 @@ class LocalServer:
     ui_url: str
     log_path: Path
     _log_handle: object = field(repr=False, default=None)
+    auth: str | None = field(repr=False, default=None)  # the basic-auth string its API requires
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -101,6 +111,53 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+def is_loopback(host: str) -> bool:
+    """Whether a server bound to `host` is reachable from this machine only (`localhost` or a loopback address;
+    wildcards such as 0.0.0.0 and other names are not)."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, allow_remote: bool) -> None:
+    """ServeError for a non-loopback bind unless `allow_remote`."""
+    if not allow_remote and not is_loopback(host):
+        raise ServeError(f"--host {host} is not a loopback address: the API would be reachable from other "
+                         "machines. Bind 127.0.0.1 (the default), or pass --allow-remote if that is intended "
+                         "(put a TLS proxy in front: the token travels in every request)")
+
+
+def token_path(db_path: str | Path) -> Path:
+    """Where the API token of the server for database `db_path` is kept: beside it, `<db>.serve-token`."""
+    return Path(f"{db_path}.serve-token")
+
+
+def load_or_create_token(path: Path) -> tuple[str, bool]:
+    """(token, created): the token stored at `path`, or a new one written there owner-only (0600) if none is."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # 0600 from the start: never readable
+    except FileExistsError:
+        if path.stat().st_mode & 0o077:
+            raise ServeError(f"the API token file {path} is readable by other users; make it owner-only "
+                             f"(chmod 600 {path}) or delete it to get a new token") from None
+        token = path.read_text(encoding="utf-8").strip()
+        if not token:
+            raise ServeError(f"the API token file {path} is empty; delete it to get a new token") from None
+        return token, False
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(token + "\n")
+    return token, True
+
+
+def auth_string(token: str) -> str:
+    """The basic-auth credentials Prefect's server checks and its clients send (`PREFECT_API_AUTH_STRING`)."""
+    return f"{TOKEN_USER}:{token}"
+
+
 # Run in the server's process before it execs Prefect: on Linux the server gets SIGTERM when the thread that
 # started it dies, so a `dpicl serve` killed with SIGKILL (or by the OOM killer) leaves no server behind. A
 # parent-death signal survives exec; a parent already gone before it was set is checked for by pid.
@@ -115,29 +172,35 @@ os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
 
 
 def start_server(host: str, port: int, prefect_home: Path,
-                 health_timeout: float = HEALTH_TIMEOUT_SECONDS) -> LocalServer:
+                 health_timeout: float = HEALTH_TIMEOUT_SECONDS, *, auth: str | None = None,
+                 allow_remote: bool = False) -> LocalServer:
     """Start a Prefect server bound to host:port and wait until its health endpoint answers.
 
-    The server stops with the calling thread (Linux): call this from a thread that outlives the server's use.
+    `auth`: the basic-auth string every API call must carry (`auth_string`); the health check needs none. A
+    non-loopback `host` is refused unless `allow_remote`. The server stops with the calling thread (Linux): call
+    this from a thread that outlives the server's use.
     """
     import httpx
 
+    check_bind(host, allow_remote)
     if port_in_use(host, port):
         raise ServeError(f"port {port} on {host} is already in use (another Prefect server?): choose another "
                          "with --port")
     base = f"http://{client_host(host)}:{port}"
     api_url = f"{base}/api"
-    prefect_home.mkdir(parents=True, exist_ok=True)
+    prefect_home.mkdir(parents=True, exist_ok=True, mode=0o700)  # the server's database: runs, logs, token use
     log_path = prefect_home / f"dpicl-serve-server-{port}.log"
-    log_handle = open(log_path, "ab")
+    log_handle = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
     env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_HOME": str(prefect_home)}
+    if auth is not None:
+        env["PREFECT_SERVER_API_AUTH_STRING"] = env["PREFECT_API_AUTH_STRING"] = auth
     process = subprocess.Popen(
         [sys.executable, "-c", _STOP_WITH_PARENT, str(os.getpid()),
          "-m", "prefect", "server", "start", "--host", host, "--port", str(port)],
         env=env, stdout=log_handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         start_new_session=True,  # Ctrl-C reaches us only; we stop the server after the runner
     )
-    server = LocalServer(process, api_url, base, log_path, log_handle)
+    server = LocalServer(process, api_url, base, log_path, log_handle, auth)
     try:
         deadline = time.monotonic() + health_timeout
         while True:
@@ -158,64 +221,89 @@ def start_server(host: str, port: int, prefect_home: Path,
         raise
 
 
-def _rerun_flow():
-    """The `rerun` flow when its module exists (it is optional here)."""
+def _rerun_available() -> bool:
+    """Whether the `rerun` flow's module exists (it is optional here)."""
     try:
-        from dpicl.flows.rerun import rerun
+        import dpicl.flows.rerun  # noqa: F401
     except ImportError:
-        return None
-    return rerun
+        return False
+    return True
 
 
-def build_deployments(config: str, db: str, interval: float | None = None, cron: str | None = None) -> list:
-    """RunnerDeployments: answer-backlog on the schedule, evaluate and rerun (if present) on demand.
-
-    `config` and `db` must already be absolute paths (flow runs start in child processes)."""
+def build_deployments(interval: float | None = None, cron: str | None = None) -> list:
+    """RunnerDeployments of the `dpicl.served` flows: answer-backlog on the schedule, evaluate and rerun (if
+    present) on demand. Config, database and limits are not parameters: `dpicl.served.Deployment` fixes them."""
     from prefect.types.entrypoint import EntrypointType
 
-    from dpicl.flows.answer_backlog import answer_backlog
-    from dpicl.flows.evaluate import evaluate
+    from dpicl import served
 
     if (interval is None) == (cron is None):
         raise ServeError("give exactly one of --interval SECONDS and --cron EXPRESSION")
-    common = dict(entrypoint_type=EntrypointType.MODULE_PATH, tags=["dpicl"], paused=False)
+    # enforce_parameter_schema: the server refuses a call whose parameters the flow does not take (e.g. config)
+    common = {"entrypoint_type": EntrypointType.MODULE_PATH, "tags": ["dpicl"], "paused": False,
+              "enforce_parameter_schema": True}
     schedule = {"interval": interval} if interval is not None else {"cron": cron}
     deployments = [
-        answer_backlog.to_deployment(
-            DEPLOYMENT_NAMES["answer_backlog"], parameters={"config": config, "db": db},
-            description="Answer the backlog's pending queries, each paid from the privacy budget.",
+        served.answer_backlog.to_deployment(
+            DEPLOYMENT_NAMES["answer_backlog"],
+            description="Answer the backlog's pending queries with the deployment's config, each paid from the "
+                        "privacy budget (max_queries: at most the deployment's limit).",
             **schedule, **common),
-        evaluate.to_deployment(
-            DEPLOYMENT_NAMES["evaluate"], parameters={"db": db},
-            description="Privacy–utility sweep on benchmark data (give `configs`); charges no budget.", **common),
+        served.evaluate.to_deployment(
+            DEPLOYMENT_NAMES["evaluate"],
+            description="Privacy–utility sweep of bundled configs on benchmark data; charges no budget.", **common),
     ]
-    rerun = _rerun_flow()
-    if rerun is not None:
-        # the database only: `run_id` (required) and `config` (default: the run's own) are given per run
-        params = {"db": db} if "db" in rerun.parameters.properties else {}
-        deployments.append(rerun.to_deployment(
-            DEPLOYMENT_NAMES["rerun"], parameters=params,
-            description="Re-aggregate from stored artifacts (charged where it makes a new release).", **common))
+    if _rerun_available():
+        deployments.append(served.rerun.to_deployment(
+            DEPLOYMENT_NAMES["rerun"],
+            description="Re-aggregate a run from stored artifacts with its own config (charged where it makes a "
+                        "new release).", **common))
     return deployments
 
 
 def serve(config: str, db: str | None, *, interval: float | None = None, cron: str | None = None,
           host: str = "127.0.0.1", port: int = 4200, echo: Callable[[str], None] = print,
-          health_timeout: float = HEALTH_TIMEOUT_SECONDS) -> None:
-    """Start the server, serve the deployments until Ctrl-C or SIGTERM, stop everything. Blocks."""
-    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+          health_timeout: float = HEALTH_TIMEOUT_SECONDS, allow_remote: bool = False,
+          max_queries: int | None = None, out_dir: str = "evaluation") -> None:
+    """Start the server, serve the deployments until Ctrl-C or SIGTERM, stop everything. Blocks.
+
+    `max_queries`: the most queries one run may answer (a call may ask for fewer); `out_dir`: where served
+    evaluations write their plot and report."""
+    from prefect.settings import (
+        PREFECT_API_AUTH_STRING,
+        PREFECT_API_URL,
+        get_current_settings,
+        temporary_settings,
+    )
 
     from dpicl.config import load_config, resolve_config_path
-    from dpicl.storage.db import default_db_path
+    from dpicl.served import ENV, Deployment
+    from dpicl.storage.db import default_db_path, restrict_new_files
 
     if interval is None and cron is None:
         interval = 3600.0
     if interval is not None and not interval > 0:
         raise ServeError(f"--interval must be a positive number of seconds (got {interval})")
+    if max_queries is not None and max_queries < 1:
+        raise ServeError(f"--max-queries must be at least 1 (got {max_queries})")
+    check_bind(host, allow_remote)
     config_path = str(Path(resolve_config_path(config)).resolve())
     load_config(config_path)  # a config that does not parse fails here, not in every scheduled run
     db_path = str(Path(db or default_db_path()).resolve())
     prefect_home = Path(get_current_settings().home).expanduser().resolve()
+    restrict_new_files()  # the server's database (flow runs, logs) and the token: owner-only
+    token, created = load_or_create_token(token_path(db_path))
+    auth = auth_string(token)
+    if not is_loopback(host):
+        echo(f"warning: --allow-remote: the API on {host}:{port} is reachable from other machines; every call "
+             "needs the token, which travels unencrypted over HTTP: put a TLS proxy in front")
+    if created:
+        echo(f"API token (shown this once; kept owner-only in {token_path(db_path)}): {token}")
+    else:
+        echo(f"API token: in {token_path(db_path)} (owner-only)")
+    echo(f"clients send it as HTTP basic auth {TOKEN_USER}:<token> (Prefect clients: "
+         f"PREFECT_API_AUTH_STRING={TOKEN_USER}:<token>; the UI asks for it)")
+    fixed = Deployment(config=config_path, db=db_path, out_dir=str(Path(out_dir).resolve()), max_queries=max_queries)
 
     main_thread = threading.current_thread() is threading.main_thread()
     previous_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
@@ -225,7 +313,7 @@ def serve(config: str, db: str | None, *, interval: float | None = None, cron: s
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _interrupt)
     try:
-        server = start_server(host, port, prefect_home, health_timeout)
+        server = start_server(host, port, prefect_home, health_timeout, auth=auth, allow_remote=allow_remote)
     except KeyboardInterrupt:
         _restore(previous_handlers)
         echo("interrupted while the Prefect server was starting; stopped it")
@@ -233,16 +321,19 @@ def serve(config: str, db: str | None, *, interval: float | None = None, cron: s
     except BaseException:
         _restore(previous_handlers)
         raise
-    previous_api_url = os.environ.get("PREFECT_API_URL")
+    exported = {"PREFECT_API_URL": server.api_url, "PREFECT_API_AUTH_STRING": auth, ENV: fixed.to_env()}
+    previous_env = {key: os.environ.get(key) for key in exported}
     try:
-        # our flow runs are child processes: they read the server's address from the environment
-        os.environ["PREFECT_API_URL"] = server.api_url
-        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-            deployments = build_deployments(config_path, db_path, interval=interval, cron=cron)
+        # our flow runs are child processes: they read the server's address, the token and the deployment's
+        # settings from the environment
+        os.environ.update(exported)
+        with temporary_settings(updates={PREFECT_API_URL: server.api_url, PREFECT_API_AUTH_STRING: auth}):
+            deployments = build_deployments(interval=interval, cron=cron)
             when = f"every {interval:g} s" if interval is not None else f"on cron {cron!r}"
             echo(f"Prefect UI: {server.ui_url}  (API {server.api_url}; server log {server.log_path})")
+            limit = f"at most {max_queries} queries a run" if max_queries else "the whole backlog each run"
             echo(f"serving {', '.join(f'{d.flow_name}/{d.name}' for d in deployments)}; answer-backlog runs "
-                 f"{when} on {db_path}. Ctrl-C stops everything.")
+                 f"{when} on {db_path} ({limit}). Ctrl-C stops everything.")
             runner = _make_runner(pause_on_shutdown=True, limit=1,
                              query_seconds=max(1.0, min(10.0, (interval or 20.0) / 2)))
             for deployment in deployments:
@@ -252,10 +343,11 @@ def serve(config: str, db: str | None, *, interval: float | None = None, cron: s
         echo("stopping: the runner (schedules paused), then the Prefect server")
     finally:
         _restore(previous_handlers)
-        if previous_api_url is None:
-            os.environ.pop("PREFECT_API_URL", None)
-        else:
-            os.environ["PREFECT_API_URL"] = previous_api_url
+        for key, value in previous_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         code = server.stop()
         echo(f"stopped the Prefect server (exit code {code})")
 

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from dpicl.cli_errors import fail
+from dpicl.cli_errors import err_console, fail
 
 console = Console()
 
@@ -25,10 +25,18 @@ def serve(
     cron: Annotated[Optional[str], typer.Option(
         help="answer the backlog on this cron schedule instead, e.g. '0 * * * *' (UTC)")] = None,
     port: Annotated[int, typer.Option(help="port of the Prefect server and UI")] = 4200,
-    host: Annotated[str, typer.Option(help="address the Prefect server binds to")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(help="address the Prefect server binds to (loopback only, unless "
+                                           "--allow-remote)")] = "127.0.0.1",
+    allow_remote: Annotated[bool, typer.Option(
+        "--allow-remote", help="allow a --host reachable from other machines (a warning is printed)")] = False,
+    max_queries: Annotated[Optional[int], typer.Option(
+        help="most queries one run answers; a call through the API may ask for fewer, never more "
+             "(default: the whole backlog)")] = None,
+    out: Annotated[Path, typer.Option(help="folder of served evaluations' plots and reports")] = Path("evaluation"),
 ) -> None:
     """Start a local Prefect server (UI), serve the answer-backlog deployment on a schedule and the evaluate and
-    rerun deployments on demand, until Ctrl-C. Flow runs write the database one at a time."""
+    rerun deployments on demand, until Ctrl-C. Flow runs write the database one at a time. The API needs the
+    token printed on the first start (kept in <db>.serve-token); calls cannot choose the config or the database."""
     from dpicl.config import ConfigError
     from dpicl.serve import ServeError
     from dpicl.serve import serve as run_serve
@@ -37,7 +45,9 @@ def serve(
         fail("give --interval or --cron, not both")
     try:
         run_serve(config, str(db) if db else None, interval=interval, cron=cron, host=host, port=port,
-                  echo=lambda line: console.print(line, soft_wrap=True, highlight=False))
+                  echo=lambda line: (err_console if line.startswith("warning:") else console).print(
+                      line, soft_wrap=True, highlight=False, markup=False),
+                  allow_remote=allow_remote, max_queries=max_queries, out_dir=str(out))
     except (ServeError, ConfigError) as err:
         message, _, log_tail = str(err).partition("\n")  # a server that failed to start: its log's tail follows
         fail(message, details=log_tail or None)

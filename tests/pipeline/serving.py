@@ -67,9 +67,10 @@ def make_backlog(tmp_path: Path, *, queries: int, planned: int, epsilon: float =
     return str(config), str(db)
 
 
-def child_env(prefect_home: Path, api_url: str | None = None) -> dict[str, str]:
-    """Environment of a child process: fake models (tests/pipeline/fake_models_site), its own PREFECT_HOME."""
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+def child_env(prefect_home: Path, api_url: str | None = None, auth: str | None = None) -> dict[str, str]:
+    """Environment of a child process: fake models (tests/pipeline/fake_models_site), its own PREFECT_HOME, and
+    with `auth` the API token (`dpicl.serve.auth_string`) its Prefect client sends."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING")}
     env.update({
         "PREFECT_HOME": str(prefect_home),
         "PYTHONPATH": os.pathsep.join([str(FAKE_SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
@@ -79,7 +80,16 @@ def child_env(prefect_home: Path, api_url: str | None = None) -> dict[str, str]:
     })
     if api_url:
         env["PREFECT_API_URL"] = api_url
+    if auth:
+        env["PREFECT_API_AUTH_STRING"] = auth
     return env
+
+
+def served_auth(db: str) -> str:
+    """The basic-auth string of the server `dpicl serve` started for database `db` (its token file)."""
+    from dpicl.serve import auth_string, token_path
+
+    return auth_string(token_path(Path(db).resolve()).read_text().strip())
 
 
 def prefect_bin() -> str:

@@ -1,5 +1,5 @@
-"""Deployments for real, in child processes: `dpicl serve` picks up queries added to the backlog after it started
-and stops cleanly on Ctrl-C; two flow runs in two processes on one database queue on the one-writer concurrency
+"""Deployments for real, in child processes: `dpicl serve` picks up queries added to the backlog after it started,
+refuses API calls without its token, takes neither config nor database from a call, and stops cleanly on Ctrl-C; two flow runs in two processes on one database queue on the one-writer concurrency
 limit and never answer or charge twice; a process holding the DuckDB file makes flow runs wait, not crash.
 
 Models are the fakes of tests/pipeline/fakes.py, installed in the child processes by
@@ -9,6 +9,7 @@ tests/pipeline/fake_models_site/sitecustomize.py.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from tests.pipeline.serving import (
     make_backlog,
     query_rows,
     read_db,
+    served_auth,
     statuses,
     wait_for,
     write_jsonl,
@@ -38,10 +40,12 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def prefect_server(tmp_path_factory):
-    """A Prefect server on a free port of 127.0.0.1 (started and stopped as `dpicl serve` does)."""
-    from dpicl.serve import start_server
+    """A Prefect server on a free port of 127.0.0.1 that requires a token (started and stopped as `dpicl serve`
+    does); `server.auth` is what its clients send."""
+    from dpicl.serve import auth_string, start_server
 
-    server = start_server("127.0.0.1", free_port(), tmp_path_factory.mktemp("server-home"))
+    server = start_server("127.0.0.1", free_port(), tmp_path_factory.mktemp("server-home"),
+                          auth=auth_string(secrets.token_urlsafe(16)))
     try:
         yield server
     finally:
@@ -88,13 +92,12 @@ def test_a_server_started_by_a_process_killed_with_sigkill_stops_too(tmp_path):
             pass
 
 
-def _client(api_url: str):
+def _client(api_url: str, auth: str):
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     class _Client:
         def __enter__(self):
-            self._settings = temporary_settings(updates={PREFECT_API_URL: api_url})
+            self._settings = _settings(api_url, auth)
             self._settings.__enter__()
             self._client = get_client(sync_client=True)
             return self._client.__enter__()
@@ -106,6 +109,13 @@ def _client(api_url: str):
     return _Client()
 
 
+def _settings(api_url: str, auth: str):
+    """Prefect settings of a client of the server at `api_url` that sends the token."""
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+
+    return temporary_settings(updates={PREFECT_API_URL: api_url, PREFECT_API_AUTH_STRING: auth})
+
+
 def _ledger(db: str) -> list[tuple]:
     return read_db(db, "SELECT entry_id, run_id, query_id, epsilon_before, epsilon_after FROM ledger "
                        "WHERE dataset = 'tiny' ORDER BY entry_id")
@@ -114,12 +124,11 @@ def _ledger(db: str) -> list[tuple]:
 def _budget(db: str) -> dict:
     from dpicl.storage.db import connect
     from dpicl.storage.ledger import budget_summary
-    from dpicl.tasks.context import epsilon_of
 
     read_db(db, "SELECT 1")  # waits until no process holds the file
     con = connect(db, read_only=True)
     try:
-        return budget_summary(con, "tiny", epsilon_of)
+        return budget_summary(con, "tiny")
     finally:
         con.close()
 
@@ -131,9 +140,8 @@ def test_served_deployment_answers_queries_added_after_it_started_and_stops_on_c
         FlowRunFilter,
         FlowRunFilterDeploymentId,
     )
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
     from dpicl.flows.locking import database_writer, limit_name
+    from dpicl.serve import token_path
     from dpicl.storage.db import connect
     from dpicl.storage.ingest import FieldMap, ingest_queries
 
@@ -152,11 +160,21 @@ def test_served_deployment_answers_queries_added_after_it_started_and_stops_on_c
         assert proc.poll() is None, out_path.read_text()[-3000:]
         assert httpx.get(f"{api_url}/health", timeout=5).status_code == 200
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).status_code == 200  # the UI
+        # the API needs the token: generated on this first start, kept owner-only beside the database, shown once
+        auth = served_auth(db)
+        token = auth.split(":", 1)[1]
+        assert token_path(Path(db).resolve()).stat().st_mode & 0o777 == 0o600
+        assert out_path.read_text().count(token) == 1
+        assert httpx.post(f"{api_url}/deployments/filter", json={}, timeout=5).status_code == 401
+        assert httpx.post(f"{api_url}/deployments/filter", json={}, auth=("dpicl", "wrong"),
+                          timeout=5).status_code == 401
+        assert httpx.post(f"{api_url}/deployments/filter", json={}, auth=tuple(auth.split(":", 1)),
+                          timeout=5).status_code == 200
 
         def locked(read):
             # read under the database's writer slot: a bare read could hold the file just when a flow run's task
             # opens it, and crash that run (DuckDB: one process at a time)
-            with temporary_settings(updates={PREFECT_API_URL: api_url}):
+            with _settings(api_url, auth):
                 with database_writer(db, timeout_seconds=120):
                     return read(db)
 
@@ -167,7 +185,7 @@ def test_served_deployment_answers_queries_added_after_it_started_and_stops_on_c
         # queries arrive while the deployment is served; a test process writes them under the same limit
         added_at = datetime.now(timezone.utc)
         more = write_jsonl(tmp_path / "more.jsonl", query_rows(3, 7))
-        with temporary_settings(updates={PREFECT_API_URL: api_url}):
+        with _settings(api_url, auth):
             with database_writer(db, timeout_seconds=120):
                 con = connect(db)
                 try:
@@ -183,13 +201,16 @@ def test_served_deployment_answers_queries_added_after_it_started_and_stops_on_c
         flow_run_ids = dict(locked(lambda d: read_db(d, "SELECT run_id, flow_run_id FROM runs")))
         assert len(locked(statuses)) == 7
 
-        with _client(api_url) as client:
+        with _client(api_url, auth) as client:
             deployments = client.read_deployments(deployment_filter=DeploymentFilter(
                 name=DeploymentFilterName(any_=["answer-backlog"])))
             assert len(deployments) == 1
             deployment = deployments[0]
-            assert deployment.parameters == {"config": str(Path(config).resolve()),  # paths only
-                                             "db": str(Path(db).resolve())}
+            # config and database are the deployment's (dpicl.served): a call can give neither
+            assert deployment.parameters == {}
+            assert set(deployment.parameter_openapi_schema["properties"]) == {"max_queries"}
+            with pytest.raises(Exception, match="config"):
+                client.create_flow_run_from_deployment(deployment.id, parameters={"config": "other.yaml"})
             assert [s.schedule.interval.total_seconds() for s in deployment.schedules] == [5.0]
             runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
                 deployment_id=FlowRunFilterDeploymentId(any_=[deployment.id])))
@@ -248,7 +269,7 @@ def test_two_flow_runs_in_two_processes_queue_on_one_database_and_charge_each_re
     from dpicl.flows.locking import limit_name
 
     config, db = make_backlog(tmp_path, queries=12, planned=8)
-    env = child_env(tmp_path / "client-home", prefect_server.api_url)
+    env = child_env(tmp_path / "client-home", prefect_server.api_url, prefect_server.auth)
 
     # a process outside the limit holds the file: the flow runs must wait for it, not crash on DuckDB's lock
     holder = subprocess.Popen([sys.executable, "-c", _HOLD_FILE, db], stdin=subprocess.PIPE,
@@ -302,7 +323,7 @@ def test_two_flow_runs_in_two_processes_queue_on_one_database_and_charge_each_re
     assert summary["epsilon_spent"] <= summary["epsilon_limit"] and summary["unreleased_entries"] == 0
 
     flow_run_ids = [r[0] for r in read_db(db, "SELECT flow_run_id FROM runs ORDER BY started_at")]
-    with _client(prefect_server.api_url) as client:
+    with _client(prefect_server.api_url, prefect_server.auth) as client:
         runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=flow_run_ids)))
         assert len(runs) == 2 and all(r.state.is_completed() for r in runs)
         first, second = sorted(runs, key=lambda r: r.start_time)
@@ -321,7 +342,7 @@ def test_prefect_deploy_all_registers_the_yaml_and_a_process_worker_runs_the_bac
     from prefect.deployments import run_deployment
 
     config, db = make_backlog(tmp_path, queries=4, planned=20)
-    env = child_env(tmp_path / "cli-home", prefect_server.api_url)
+    env = child_env(tmp_path / "cli-home", prefect_server.api_url, prefect_server.auth)
     prefect = str(Path(sys.executable).with_name("prefect"))
 
     def cli(*args: str, timeout: float = 180) -> str:
@@ -331,7 +352,7 @@ def test_prefect_deploy_all_registers_the_yaml_and_a_process_worker_runs_the_bac
 
     cli("work-pool", "create", "dpicl-process", "--type", "process", "--overwrite")
     cli("--no-prompt", "deploy", "--all")
-    with _client(prefect_server.api_url) as client:
+    with _client(prefect_server.api_url, prefect_server.auth) as client:
         deployments = {d.name: d for d in client.read_deployments()}
         assert set(deployments) == {"answer-backlog", "rerun", "evaluate"}
         assert all(d.work_pool_name == "dpicl-process" for d in deployments.values())
@@ -351,7 +372,7 @@ def test_prefect_deploy_all_registers_the_yaml_and_a_process_worker_runs_the_bac
         worker = subprocess.Popen([prefect, "worker", "start", "--pool", "dpicl-process", "--limit", "1"], env=env,
                                   cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
     try:
-        with _client(prefect_server.api_url) as client:
+        with _client(prefect_server.api_url, prefect_server.auth) as client:
             run = run_deployment("answer_backlog/answer-backlog", parameters={"config": config, "db": db}, timeout=0)
             final = wait_for(lambda: (r := client.read_flow_run(run.id)).state.is_final() and r, 170, 2,
                              "the worker to run the deployment")

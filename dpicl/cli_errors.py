@@ -7,9 +7,15 @@ line and cannot drive the terminal.
 
 from __future__ import annotations
 
+import sys
+
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
+
+# Click's exceptions as the Click that typer runs on raises them (recent typer vendors its own copy of Click)
+_click_errors = sys.modules[typer.BadParameter.__module__]
 
 err_console = Console(stderr=True, soft_wrap=True, highlight=False)
 
@@ -26,3 +32,17 @@ def fail(message: str, code: int = 2, details: str | None = None) -> None:
     if details:
         err_console.print(escape(details))
     raise typer.Exit(code)
+
+
+class OneLineErrors(TyperGroup):
+    """The `dpicl` command group: Click's own usage errors in a subcommand (a value of the wrong type, a path with
+    a NUL byte, an unknown option) are one `error:` line as well, instead of a usage box."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except _click_errors.NoArgsIsHelpError:
+            raise  # `dpicl budget` alone shows the help
+        except _click_errors.UsageError as err:
+            where = f" (see `{err.ctx.command_path} --help`)" if err.ctx is not None else ""
+            fail(err.format_message() + where, code=err.exit_code)

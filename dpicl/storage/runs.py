@@ -1,7 +1,8 @@
 """Runs: one row per execution of a flow over a dataset and a backlog, with its config and config hash.
 
 The config hash lets artifacts and reports tell which configuration produced them; the Prefect flow-run id
-links a run to the Prefect UI.
+links a run to the Prefect UI. The process that runs it (pid, host, start time) lets the next writer mark a run
+whose process died as `crashed` (`mark_crashed_runs`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from typing import Any
 
 import duckdb
 
+from dpicl import liveness
 from dpicl.storage.artifacts import canonical_json
+
+RUNNING, CRASHED = "running", "crashed"
 
 
 def config_hash(config: Mapping) -> str:
@@ -23,12 +27,27 @@ def config_hash(config: Mapping) -> str:
 
 def create_run(con: duckdb.DuckDBPyConnection, run_id: str, method: str, dataset: str, backlog: str,
                config: Mapping, flow_run_id: str | None) -> None:
-    """Record a new run with status 'running'."""
+    """Record a new run with status 'running', run by this process."""
+    me = liveness.this_process()
     con.execute(
-        "INSERT INTO runs (run_id, flow_run_id, method, dataset, backlog, config, config_hash) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [run_id, flow_run_id, method, dataset, backlog, canonical_json(dict(config)), config_hash(config)],
+        "INSERT INTO runs (run_id, flow_run_id, method, dataset, backlog, config, config_hash, pid, host, "
+        "process_started) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [run_id, flow_run_id, method, dataset, backlog, canonical_json(dict(config)), config_hash(config),
+         me.pid, me.host, me.started],
     )
+
+
+def mark_crashed_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Mark as 'crashed' every 'running' run whose process (on this host) no longer exists; returns their ids.
+    Runs of other hosts, and runs opened before their process was recorded, are left as they are."""
+    rows = con.execute("SELECT run_id, pid, host, process_started FROM runs WHERE status = ? AND pid IS NOT NULL",
+                       [RUNNING]).fetchall()
+    dead = [run_id for run_id, pid, host, started in rows
+            if liveness.alive(liveness.ProcessId(pid, host, started)) is False]
+    if dead:
+        con.execute("UPDATE runs SET status = ?, finished_at = current_timestamp "
+                    "WHERE status = ? AND list_contains(?, run_id)", [CRASHED, RUNNING, dead])
+    return dead
 
 
 def store_plan(con: duckdb.DuckDBPyConnection, run_id: str, backlog: str, plan: Mapping, event_json: str) -> None:

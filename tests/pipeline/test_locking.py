@@ -122,3 +122,89 @@ def test_a_task_waits_for_a_reader_to_let_go_of_the_file(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# crash recovery: a writer killed with SIGKILL (no Prefect server: each process has Prefect's temporary one)
+
+_HOLD_WRITER = """
+import sys, time
+from prefect import flow
+from dpicl.flows.locking import database_writer
+
+@flow
+def hold(db: str):
+    with database_writer(db):
+        print("held", flush=True)
+        time.sleep(600)
+
+hold(sys.argv[1])
+"""
+
+
+def _temporary_servers_of(pid: int) -> list:
+    import psutil
+
+    return [p for p in psutil.Process(pid).children(recursive=True)
+            if "prefect.server.api.server:create_app" in " ".join(p.cmdline())]
+
+
+@pytest.mark.slow
+def test_a_writer_killed_with_sigkill_frees_the_database_within_seconds_and_leaves_no_server(tmp_path):
+    """Both processes use temporary Prefect servers over one PREFECT_HOME, as two `dpicl answer` runs do."""
+    import logging
+    import signal
+    import threading
+
+    import psutil
+
+    from dpicl.flows.locking import database_writer
+
+    db = tmp_path / "killed.duckdb"
+    connect(db).close()
+    holder = _start(_HOLD_WRITER, str(db))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        servers = _temporary_servers_of(holder.pid)
+        assert len(servers) == 1, "the holder should have started its temporary Prefect server"
+        acquired, failures = threading.Event(), []
+
+        def second_writer():
+            try:
+                with database_writer(db, timeout_seconds=90):
+                    acquired.set()
+            except BaseException as error:  # noqa: BLE001 (reported by the assertion below)
+                failures.append(error)
+
+        messages: list[str] = []
+        capture = logging.Handler(logging.INFO)
+        capture.emit = lambda record: messages.append(record.getMessage())
+        locking_log = logging.getLogger("dpicl.flows.locking")
+        locking_log.addHandler(capture)
+        level = locking_log.level
+        locking_log.setLevel(logging.INFO)
+        try:
+            waiter = threading.Thread(target=second_writer)
+            waiter.start()
+            deadline = time.monotonic() + 60
+            while not messages and time.monotonic() < deadline and waiter.is_alive():
+                time.sleep(0.2)
+            assert not acquired.is_set(), "a second writer got in while the first held the database"
+            # the waiting run says what it waits for: the database's lock file and the holder's pid
+            said = "\n".join(messages)
+            assert "killed.duckdb.writer-lock" in said and f"pid {holder.pid}" in said, said
+            assert str(tmp_path) not in said  # file names, not paths
+            holder.send_signal(signal.SIGKILL)
+            killed_at = time.monotonic()
+            waiter.join(timeout=120)
+        finally:
+            locking_log.removeHandler(capture)
+            locking_log.setLevel(level)
+        assert not failures, failures
+        assert acquired.is_set() and time.monotonic() - killed_at < 15, "the killed writer's slot was not freed"
+        # its temporary server went with it (parent-death signal), no orphan
+        _, alive = psutil.wait_procs(servers, timeout=20)
+        assert not alive, f"orphaned temporary Prefect server(s): {[p.pid for p in alive]}"
+    finally:
+        holder.kill()
+        holder.wait()

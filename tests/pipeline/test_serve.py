@@ -209,8 +209,6 @@ def test_served_deployment_answers_queries_added_after_it_started_and_stops_on_c
             # config and database are the deployment's (dpicl.served): a call can give neither
             assert deployment.parameters == {}
             assert set(deployment.parameter_openapi_schema["properties"]) == {"max_queries"}
-            with pytest.raises(Exception, match="config"):
-                client.create_flow_run_from_deployment(deployment.id, parameters={"config": "other.yaml"})
             assert [s.schedule.interval.total_seconds() for s in deployment.schedules] == [5.0]
             runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
                 deployment_id=FlowRunFilterDeploymentId(any_=[deployment.id])))
@@ -231,6 +229,14 @@ def test_served_deployment_answers_queries_added_after_it_started_and_stops_on_c
             assert limit.limit == 1 and limit.active
             assert_no_private_text(*(a.data for a in progress), *(a.description for a in progress),
                                    *(r.parameters for r in runs))
+            # a call that tries to choose its own config (the server takes it: its schema check allows extra keys
+            # and a caller may switch it off) fails before the flow's body runs: nothing answered, nothing charged
+            rogue = client.create_flow_run_from_deployment(
+                deployment.id, parameters={"config": str(tmp_path / "other.yaml")})
+            final = wait_for(lambda: (r := client.read_flow_run(rogue.id)).state.is_final() and r, 120, 2,
+                             "the run with a config of its own to end")
+            assert not final.state.is_completed(), final.state
+        assert len(locked(_ledger)) == 7
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # Ctrl-C

@@ -223,14 +223,13 @@ def budget_open(
 
 @budget_app.command("show")
 def budget_show(dataset: str, db: DbOption = None, as_json: JsonOption = False) -> None:
-    """Limit, spent and remaining ε of a dataset's budget (accountant over every ledger entry)."""
+    """Limit, spent and remaining ε of a dataset's budget (a sound bound over every ledger entry)."""
     from dpicl.storage.ledger import BudgetError, budget_summary
-    from dpicl.tasks.context import epsilon_of
 
     _check_names((dataset, "dataset name"))
     con = _connect(db, read_only=True)
     try:
-        summary = budget_summary(con, dataset, epsilon_of)
+        summary = budget_summary(con, dataset)
     except BudgetError as err:
         _fail(str(err))
     finally:
@@ -239,6 +238,34 @@ def budget_show(dataset: str, db: DbOption = None, as_json: JsonOption = False) 
         print(json.dumps(summary))
         return
     _print_budget(summary)
+
+
+@budget_app.command("verify")
+def budget_verify(dataset: str, db: DbOption = None, as_json: JsonOption = False) -> None:
+    """Recompute the budget's ε from every ledger entry and compare it with the value reservations keep (exit 1
+    when the kept state disagrees with the entries or is below the recomputed ε)."""
+    from dpicl.storage.ledger import BudgetError, verify_budget
+
+    _check_names((dataset, "dataset name"))
+    con = _connect(db, read_only=True)
+    try:
+        result = verify_budget(con, dataset)
+    except BudgetError as err:
+        _fail(str(err))
+    finally:
+        con.close()
+    if as_json:
+        print(json.dumps(result))
+    else:
+        kept = result["epsilon_incremental"]
+        console.print(f"{result['ledger_entries']} ledger entries ({result['distinct_events']} distinct events) of "
+                      f"{dataset!r}: ε recomputed from every entry {result['epsilon_full']:.6f}, ε kept by the "
+                      f"reservations {'(none yet)' if kept is None else f'{kept:.6f}'}, limit "
+                      f"{result['epsilon_limit']:g}; state counts "
+                      f"{'agree' if result['state_counts_agree'] else 'DISAGREE'} with the entries")
+        console.print("ok" if result["ok"] else "[red]NOT OK[/]: the kept state is not a sound record of the ledger")
+    if not result["ok"]:
+        raise typer.Exit(1)
 
 
 def _print_budget(summary: dict) -> None:

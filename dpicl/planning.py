@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpicl.privacy.accounting import max_additional
-from dpicl.privacy.accounting.events import FixedOrderRDPEvent, PrivacyEvent, PublicDataEvent, event_from_json
+from dpicl.privacy.accounting.events import FixedOrderRDPEvent, PrivacyEvent, PublicDataEvent
 from dpicl.privacy.mechanisms import adapmixed, dp_fewshot, dps_mozo, esa, joint_em, ksa_ptr, rnm, sga
 
 
@@ -233,9 +233,10 @@ REQUIRED = {"dps-mozo": ("dataset_size", "max_new_tokens"), "adapmixed": ("max_n
 
 
 def budget_state(con, dataset: str) -> dict[str, Any]:
-    """The open budget of a dataset and every event charged to it (closes the connection)."""
+    """The open budget of a dataset, its composed state and spent ε (closes the connection)."""
     from dpicl.storage import get_dataset
-    from dpicl.storage.ledger import ledger_events, require_budget
+    from dpicl.storage.ledger import budget_state as composed_state
+    from dpicl.storage.ledger import budget_summary, require_budget
 
     try:
         budget = require_budget(con, dataset)
@@ -249,7 +250,8 @@ def budget_state(con, dataset: str) -> dict[str, Any]:
             "delta": budget.delta,
             "n_records": info["n_records"],
             "label_pool_sizes": pools,
-            "events": ledger_events(con, dataset),
+            "counts": composed_state(con, dataset),
+            "epsilon_spent": budget_summary(con, dataset)["epsilon_spent"],
         }
     finally:
         con.close()
@@ -257,17 +259,17 @@ def budget_state(con, dataset: str) -> dict[str, Any]:
 
 def payable(state: dict[str, Any], method: str, result: dict[str, Any]) -> dict[str, Any]:
     """How many more queries planned like `result` the open budget can pay for."""
-    from dpicl.privacy.accounting import total_epsilon
+    from dpicl.privacy.accounting.composed import composed_events
 
-    spent = [event_from_json(e) for e in state["events"]]
+    spent = composed_events(state["counts"])
     event = _method(method).event(result)
     free = isinstance(event, PublicDataEvent)
     return {
         "dataset": state["dataset"],
         "epsilon_limit": state["epsilon_limit"],
         "delta": state["delta"],
-        "epsilon_spent": total_epsilon(spent, state["delta"]),
-        "ledger_entries": len(spent),
+        "epsilon_spent": state["epsilon_spent"],
+        "ledger_entries": sum(state["counts"].values()),
         # a free method (post-processing) is never limited by the budget: no count
         "queries_payable": None if free else max_additional(spent, event, state["epsilon_limit"], state["delta"]),
         "free": free,

@@ -116,11 +116,10 @@ def test_planning_against_a_ledger_no_accountant_can_compose_with_fails_cleanly(
     from dpicl.privacy.mechanisms import esa
     from dpicl.storage.db import connect
     from dpicl.storage.ledger import reserve
-    from dpicl.tasks.context import epsilon_of
 
     con = connect(budget_db)
     assert reserve(con, dataset="priv", run_id="r", backlog="b", query_id="q", mechanism="esa",
-                   event_json=esa.cost(2.0, 0.04).to_json(), epsilon_of=epsilon_of) is not None
+                   event_json=esa.cost(2.0, 0.04).to_json()) is not None
     con.close()
     result = runner.invoke(app, ["plan", "--method", "dps-mozo", "--dataset", "priv", "--db", budget_db])
     assert result.exit_code == 2, result.output

@@ -1,32 +1,37 @@
-"""Privacy budgets and the ε ledger (DESIGN.md, privacy invariants 3, 4, 7, 8).
+"""Privacy budgets and the ε ledger (docs/PRIVACY.md, privacy invariants 3, 4, 7, 8).
 
-A budget belongs to a private dataset; its total (ε, δ) is computed by an accountant over *every* ledger
-entry of that dataset. The life of one release:
+A budget belongs to a private dataset; what it has spent is a sound ε of *every* ledger entry of that dataset. The
+life of one release:
 
-1. `reserve` — in one transaction: lock the budget row, compute the accountant's ε of all entries so far
-   plus the new event, refuse if it exceeds the limit, otherwise write the ledger entry. Committed *before*
+1. `reserve_batch` — in one transaction: lock the budget row, charge the batch's event once per query for as many
+   queries as the budget can pay (one ledger entry each), update the budget's composed state. Committed *before*
    the mechanism draws its noise, so a crash afterwards leaves the spend charged.
 2. the mechanism runs (outside this module);
 3. `record_release` — in one transaction: write the release (referencing its ledger entry) and mark the
-   query answered. A ledger entry without a release stays charged forever; a retry pays again.
+   query answered. A ledger entry without a release stays charged forever.
 
-Ledger entries are never updated or deleted. The accountant is injected (`EpsilonOf`) so that this module
-stays a pure storage module; it receives the stored event JSON strings and the budget's δ.
+Ledger entries are never updated or deleted. Next to them each budget keeps its composed state (`budget_events`:
+the count of each distinct event; `budget_spent`: the ε the last reservation recorded), updated in the same
+transaction as the entries, so a reservation's cost does not grow with the ledger
+(dpicl/privacy/accounting/composed.py). `verify_budget` recomputes ε from the entries themselves.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import duckdb
 
+from dpicl.privacy.accounting.composed import (
+    count_events,
+    full_epsilon,
+    incremental_epsilon,
+)
 from dpicl.storage.db import transaction
-
-EpsilonOf = Callable[[Sequence[str], float], float]
-"""accountant: (event JSON strings, δ) → sound upper bound on the composed ε."""
 
 
 class BudgetError(ValueError):
@@ -97,6 +102,80 @@ def ledger_events(con: duckdb.DuckDBPyConnection, dataset: str) -> list[str]:
     return [r[0] for r in rows]
 
 
+def reserve_batch(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    dataset: str,
+    run_id: str,
+    backlog: str,
+    query_ids: Sequence[str],
+    mechanism: str,
+    event_json: str,
+) -> list[Reservation]:
+    """Charge ``event_json`` once per query, in order, for as many of ``query_ids`` as the budget can pay: one
+    transaction, one ledger entry per query. Returns the reservations of the paid queries (a prefix)."""
+    paid: list[Reservation] = []
+    with transaction(con):
+        limit, delta = _lock_budget(con, dataset)
+        counts = budget_state(con, dataset)
+        before = _spent(con, dataset, counts, delta)
+        for query_id, after in zip(query_ids, _payable(con, dataset, counts, event_json, len(query_ids), limit,
+                                                        delta, before), strict=False):
+            (entry_id,) = con.execute(
+                """INSERT INTO ledger (dataset, run_id, backlog, query_id, mechanism, event, epsilon_before,
+                   epsilon_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING entry_id""",
+                [dataset, run_id, backlog, query_id, mechanism, event_json, before, after],
+            ).fetchone()
+            paid.append(Reservation(entry_id, dataset, backlog, query_id, before, after))
+            before = after
+        if paid:
+            con.execute(
+                """INSERT INTO budget_events (dataset, event, count) VALUES (?, ?, ?)
+                   ON CONFLICT (dataset, event) DO UPDATE SET count = excluded.count""",
+                [dataset, event_json, counts.get(event_json, 0) + len(paid)],
+            )
+            con.execute(
+                """INSERT INTO budget_spent (dataset, epsilon) VALUES (?, ?)
+                   ON CONFLICT (dataset) DO UPDATE SET epsilon = excluded.epsilon""",
+                [dataset, before],
+            )
+    return paid
+
+
+def payable_count(con: duckdb.DuckDBPyConnection, dataset: str, event_json: str, n: int) -> int:
+    """How many of ``n`` more charges of ``event_json`` the budget can pay for now (what `reserve_batch` would
+    accept; nothing is charged)."""
+    with transaction(con):
+        limit, delta = _lock_budget(con, dataset)
+        counts = budget_state(con, dataset)
+        return len(_payable(con, dataset, counts, event_json, n, limit, delta, _spent(con, dataset, counts, delta)))
+
+
+def _lock_budget(con: duckdb.DuckDBPyConnection, dataset: str) -> tuple[float, float]:
+    """(limit, δ) of the budget, its row touched: serialises concurrent reservations (a second writer conflicts)."""
+    touched = con.execute(
+        "UPDATE budgets SET epsilon = epsilon WHERE dataset = ? RETURNING epsilon, delta", [dataset]
+    ).fetchone()
+    if touched is None:
+        require_budget(con, dataset)
+    return touched
+
+
+def _payable(con, dataset: str, counts: Mapping[str, int], event_json: str, n: int, limit: float, delta: float,
+             before: float) -> list[float]:
+    """ε after each of the first charges of ``event_json`` (up to ``n``) that stay within ``limit``."""
+    state, store, afters = dict(counts), _BoundTable(con, dataset), []
+    last = state.get(event_json, 0) + n
+    for _ in range(n):
+        state[event_json] = state.get(event_json, 0) + 1
+        after = incremental_epsilon(state, event_json, delta, limit, store, reach_at_least=last)
+        if after > limit:
+            break
+        before = max(after, before)  # a tighter bound later on never shows as a negative cost
+        afters.append(before)
+    return afters
+
+
 def reserve(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -106,28 +185,47 @@ def reserve(
     query_id: str,
     mechanism: str,
     event_json: str,
-    epsilon_of: EpsilonOf,
 ) -> Reservation | None:
     """Charge one event to the budget, or return None when the budget cannot pay for it."""
-    with transaction(con):
-        # Touching the budget row serialises concurrent reservations: a second writer gets a conflict.
-        touched = con.execute(
-            "UPDATE budgets SET epsilon = epsilon WHERE dataset = ? RETURNING epsilon, delta", [dataset]
+    paid = reserve_batch(con, dataset=dataset, run_id=run_id, backlog=backlog, query_ids=[query_id],
+                         mechanism=mechanism, event_json=event_json)
+    return paid[0] if paid else None
+
+
+def budget_state(con: duckdb.DuckDBPyConnection, dataset: str) -> dict[str, int]:
+    """The budget's composed state: {event JSON: how many ledger entries charged it}."""
+    return dict(con.execute("SELECT event, count FROM budget_events WHERE dataset = ?", [dataset]).fetchall())
+
+
+def _spent(con: duckdb.DuckDBPyConnection, dataset: str, counts: Mapping[str, int], delta: float) -> float:
+    """ε the last reservation recorded; computed from the state where none was recorded yet (an older ledger)."""
+    row = con.execute("SELECT epsilon FROM budget_spent WHERE dataset = ?", [dataset]).fetchone()
+    if row is not None and row[0] is not None:
+        return row[0]
+    return full_epsilon(counts, delta)
+
+
+class _BoundTable:
+    """The `prv_bounds` table as the accountant's BoundStore (inside the reservation's transaction)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, dataset: str):
+        self.con, self.dataset = con, dataset
+
+    @staticmethod
+    def _key(event_json: str) -> str:
+        return hashlib.sha256(event_json.encode()).hexdigest()[:32]
+
+    def covering(self, base: str, event_json: str, count: int) -> tuple[int, float] | None:
+        row = self.con.execute(
+            """SELECT count, epsilon FROM prv_bounds WHERE dataset = ? AND base_key = ? AND event_key = ?
+               AND count >= ? ORDER BY count LIMIT 1""",
+            [self.dataset, base, self._key(event_json), count],
         ).fetchone()
-        if touched is None:
-            require_budget(con, dataset)
-        limit, delta = touched
-        events = ledger_events(con, dataset)
-        before = epsilon_of(events, delta)
-        after = epsilon_of([*events, event_json], delta)
-        if after > limit:
-            return None
-        (entry_id,) = con.execute(
-            """INSERT INTO ledger (dataset, run_id, backlog, query_id, mechanism, event, epsilon_before, epsilon_after)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING entry_id""",
-            [dataset, run_id, backlog, query_id, mechanism, event_json, before, after],
-        ).fetchone()
-    return Reservation(entry_id, dataset, backlog, query_id, before, after)
+        return (row[0], row[1]) if row else None
+
+    def add(self, base: str, event_json: str, count: int, epsilon: float) -> None:
+        self.con.execute("INSERT INTO prv_bounds VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                         [self.dataset, base, self._key(event_json), count, epsilon])
 
 
 def record_release(
@@ -204,25 +302,49 @@ def _rests_on_unproven_claim(event_json: str) -> bool:
     return event.get("guarantee", default) != "proven"
 
 
-def budget_summary(con: duckdb.DuckDBPyConnection, dataset: str, epsilon_of: EpsilonOf) -> dict[str, Any]:
-    """Limit, spent and remaining ε of a dataset's budget, from the accountant over all its entries; also how many
-    entries rest on an unproven guarantee (``unproven_entries``: DPS-MOZO with several shots per token)."""
+def budget_summary(con: duckdb.DuckDBPyConnection, dataset: str) -> dict[str, Any]:
+    """Limit, spent and remaining ε of a dataset's budget (spent: what the last reservation recorded, a sound bound
+    over every entry); also how many entries rest on an unproven guarantee (``unproven_entries``: DPS-MOZO with
+    several shots per token). Reads the composed state, not the ledger: constant time in its length."""
     budget = require_budget(con, dataset)
-    events = ledger_events(con, dataset)
-    spent = epsilon_of(events, budget.delta)
+    counts = budget_state(con, dataset)
+    spent = _spent(con, dataset, counts, budget.delta)
     (released,) = con.execute(
         "SELECT count(*) FROM releases r JOIN ledger l ON l.entry_id = r.entry_id WHERE l.dataset = ?", [dataset]
     ).fetchone()
+    entries = sum(counts.values())
     return {
         "dataset": dataset,
         "epsilon_limit": budget.epsilon,
         "delta": budget.delta,
         "epsilon_spent": spent,
         "epsilon_remaining": max(0.0, budget.epsilon - spent),
-        "ledger_entries": len(events),
+        "ledger_entries": entries,
         "releases": released,
         # reserved but never released (a crash after the reservation): charged all the same
-        "unreleased_entries": len(events) - released,
+        "unreleased_entries": entries - released,
         # charged on a published but unproven bound (paper 000's claim for DPS-MOZO with shots > 1, opted into)
-        "unproven_entries": sum(_rests_on_unproven_claim(e) for e in events),
+        "unproven_entries": sum(n for e, n in counts.items() if _rests_on_unproven_claim(e)),
+    }
+
+
+def verify_budget(con: duckdb.DuckDBPyConnection, dataset: str) -> dict[str, Any]:
+    """Recompute a budget's ε from every ledger entry (the reference) and compare it with the composed state the
+    reservations keep: the counts must agree and the recorded ε must not be below the recomputed one."""
+    budget = require_budget(con, dataset)
+    recounted = count_events(ledger_events(con, dataset))
+    stored = budget_state(con, dataset)
+    full = full_epsilon(recounted, budget.delta)
+    row = con.execute("SELECT epsilon FROM budget_spent WHERE dataset = ?", [dataset]).fetchone()
+    recorded = row[0] if row is not None and row[0] is not None else None
+    counts_agree = recounted == stored
+    return {
+        "dataset": dataset,
+        "ledger_entries": sum(recounted.values()),
+        "distinct_events": len(recounted),
+        "state_counts_agree": counts_agree,
+        "epsilon_full": full,
+        "epsilon_incremental": recorded,
+        "epsilon_limit": budget.epsilon,
+        "ok": counts_agree and (recorded is None or recorded >= full) and full <= budget.epsilon * (1 + 1e-12),
     }

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,8 +17,7 @@ from dataclasses import dataclass
 import duckdb
 
 from dpicl.config import Config, load_config
-from dpicl.privacy.accounting import total_epsilon
-from dpicl.privacy.accounting.events import event_from_json
+from dpicl.privacy.accounting.composed import count_events, full_epsilon
 from dpicl.storage import ledger
 from dpicl.storage.db import DatabaseLockedError, connect
 from dpicl.storage.runs import get_run, stored_plan
@@ -114,16 +112,9 @@ def encoder(cfg: Config):
     return _encoder(cfg.embedding.model, cfg.embedding.batch_size)
 
 
-@functools.lru_cache(maxsize=512)
-def _epsilon_of_counts(counts: tuple[tuple[str, int], ...], delta: float) -> float:
-    events = [event_from_json(e) for e, n in counts for _ in range(n)]
-    return total_epsilon(events, delta)
-
-
 def epsilon_of(events_json: Sequence[str], delta: float) -> float:
-    """The ledger's accountant: a sound upper bound on ε of all events (cached by their multiset)."""
-    counts = tuple(sorted(Counter(events_json).items()))
-    return _epsilon_of_counts(counts, delta)
+    """The ledger's accountant on a list of stored events, composed by count (the full reference value)."""
+    return full_epsilon(count_events(events_json), delta)
 
 
 def reserve(con: duckdb.DuckDBPyConnection, cfg: Config, run_id: str, query_id: str, mechanism: str,
@@ -131,4 +122,13 @@ def reserve(con: duckdb.DuckDBPyConnection, cfg: Config, run_id: str, query_id: 
     """Pay for one release from the config's private dataset before anything is drawn (privacy invariant 3);
     None when its budget cannot pay. `backlog` defaults to the config's."""
     return ledger.reserve(con, dataset=cfg.private_dataset, run_id=run_id, backlog=backlog or cfg.backlog,
-                          query_id=query_id, mechanism=mechanism, event_json=event_json, epsilon_of=epsilon_of)
+                          query_id=query_id, mechanism=mechanism, event_json=event_json)
+
+
+def reserve_batch(con: duckdb.DuckDBPyConnection, cfg: Config, run_id: str, query_ids: Sequence[str], mechanism: str,
+                  event_json: str) -> dict[str, ledger.Reservation]:
+    """Pay for the releases of a batch of queries in one transaction before anything is drawn: {query id:
+    reservation} for the queries the budget can pay for (the first ones, in order)."""
+    paid = ledger.reserve_batch(con, dataset=cfg.private_dataset, run_id=run_id, backlog=cfg.backlog,
+                                query_ids=query_ids, mechanism=mechanism, event_json=event_json)
+    return {r.query_id: r for r in paid}

@@ -12,11 +12,12 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from dpicl import planning
 from dpicl.config import Config
-from dpicl.privacy.accounting import max_additional
+from dpicl.privacy.accounting import choose_accountant, max_additional
+from dpicl.privacy.accounting.composed import composed_events
 from dpicl.privacy.accounting.events import event_from_json
 from dpicl.privacy.sampling import default_sampling_rate
 from dpicl.storage import get_dataset
-from dpicl.storage.ledger import budget_summary, ledger_events, require_budget
+from dpicl.storage.ledger import budget_state, budget_summary, require_budget
 from dpicl.storage.runs import create_run, finish_run, store_plan
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
@@ -77,7 +78,7 @@ def open_run(config_path: str, db_path: str) -> dict:
         budget = require_budget(con, cfg.private_dataset)
         plan, event_json = per_query_plan(con, cfg)
         # fails now, before anything runs, when no accountant can compose it with what the budget already holds
-        context.epsilon_of([*ledger_events(con, cfg.private_dataset), event_json], budget.delta)
+        choose_accountant(composed_events({**budget_state(con, cfg.private_dataset), event_json: 1}))
         run_id = uuid.uuid4().hex
         flow_run_id = runtime.flow_run.id
         numbers = plan_numbers(plan)
@@ -101,11 +102,10 @@ def publish(db_path: str, run_id: str, query_ids: list[str], released: list[dict
             "SELECT query_id, status FROM queries WHERE backlog = ? AND list_contains(?, query_id)",
             [cfg.backlog, query_ids],
         ).fetchall())
-        summary = budget_summary(con, cfg.private_dataset, context.epsilon_of)
-        budget = require_budget(con, cfg.private_dataset)
-        spent = [event_from_json(e) for e in ledger_events(con, cfg.private_dataset)]
+        summary = budget_summary(con, cfg.private_dataset)
+        spent = composed_events(budget_state(con, cfg.private_dataset))
         summary["queries_still_payable"] = max_additional(
-            spent, event_from_json(run.event_json), budget.epsilon, budget.delta
+            spent, event_from_json(run.event_json), summary["epsilon_limit"], summary["delta"]
         )
         finish_run(con, run_id, "completed")
     rows = [

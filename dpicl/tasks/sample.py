@@ -8,14 +8,13 @@ import secrets
 
 from prefect import get_run_logger, task
 
-from dpicl.privacy.accounting import max_additional
 from dpicl.privacy.accounting.events import event_from_json
 from dpicl.privacy.accounting.guard import require_paid
 from dpicl.privacy.rng import make_rng
 from dpicl.privacy.sampling import assign_teachers
 from dpicl.storage import get_dataset, load_records, set_query_status
 from dpicl.storage.artifacts import artifact_key, put_artifact
-from dpicl.storage.ledger import ledger_events, require_budget
+from dpicl.storage.ledger import payable_count
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
 
@@ -26,14 +25,8 @@ def sample(db_path: str, run_id: str, query_ids: list[str]) -> dict[str, str]:
     with context.database(db_path) as con:
         run = context.run(con, run_id)
         cfg, method, event_json = run.cfg, run.cfg.method, run.event_json
-        budget = require_budget(con, cfg.private_dataset)
-        spent = ledger_events(con, cfg.private_dataset)
-        # one accountant call when the whole batch fits; the search only near the end of the budget
-        if context.epsilon_of([*spent, *[event_json] * len(query_ids)], budget.delta) <= budget.epsilon:
-            capacity = len(query_ids)
-        else:
-            capacity = max_additional([event_from_json(e) for e in spent], event_from_json(event_json),
-                                      budget.epsilon, budget.delta, upper=len(query_ids))
+        # what the reservation will accept (the same incremental bound), so no inference is spent on the rest
+        capacity = payable_count(con, cfg.private_dataset, event_json, len(query_ids))
         accepted, refused = query_ids[:capacity], query_ids[capacity:]
         set_query_status(con, cfg.backlog, refused, "refused_budget")
 

@@ -7,7 +7,6 @@ import pytest
 from dpicl.flows.answer_backlog import answer_backlog
 from dpicl.storage.db import connect
 from dpicl.storage.ledger import budget_summary, stored_releases
-from dpicl.tasks.context import epsilon_of
 from tests.pipeline.conftest import N_QUERIES, PLANNED
 
 pytestmark = pytest.mark.slow  # each flow run starts Prefect
@@ -16,7 +15,7 @@ pytestmark = pytest.mark.slow  # each flow run starts Prefect
 def _state(db):
     con = connect(db, read_only=True)
     try:
-        summary = budget_summary(con, "tiny", epsilon_of)
+        summary = budget_summary(con, "tiny")
         statuses = dict(con.execute("SELECT status, count(*) FROM queries GROUP BY status").fetchall())
         entries = con.execute("SELECT query_id FROM ledger ORDER BY entry_id").fetchall()
         return summary, statuses, [e[0] for e in entries], stored_releases(con, "tiny-backlog")

@@ -27,7 +27,7 @@ def con(tmp_path):
 
 def _reserve(con, query_id, event):
     return reserve(con, dataset="d", run_id="run", backlog="b", query_id=query_id, mechanism="esa",
-                   event_json=event.to_json(), epsilon_of=epsilon_of)
+                   event_json=event.to_json())
 
 
 def test_budget_exhaustion_refuses_and_total_never_exceeds_limit(con):
@@ -54,7 +54,7 @@ def test_unreleased_reservation_stays_charged_and_release_is_atomic(con):
     open_budget(con, "d", 5.0, 1e-5)
     event = esa.cost(noise_multiplier=1.0, sampling_rate=0.1)
     first = _reserve(con, "q0", event)
-    spent = budget_summary(con, "d", epsilon_of)
+    spent = budget_summary(con, "d")
     assert spent["epsilon_spent"] > 0 and spent["unreleased_entries"] == 1
     assert stored_release(con, "b", "q0") is None
 
@@ -85,3 +85,99 @@ def test_budget_cannot_be_reopened_or_opened_on_public_or_missing(con, tmp_path)
         open_budget(con, "p", 1.0, 1e-5)
     with pytest.raises(BudgetError):
         open_budget(con, "d", -1.0, 1e-5)
+
+
+def test_a_batch_is_reserved_in_one_transaction_for_as_many_as_the_budget_pays(con):
+    from dpicl.storage.ledger import reserve_batch, verify_budget
+
+    open_budget(con, "d", 1.0, 1e-5)
+    event = esa.cost(noise_multiplier=2.0, sampling_rate=0.2)
+    paid = reserve_batch(con, dataset="d", run_id="run", backlog="b", query_ids=[f"q{i}" for i in range(50)],
+                         mechanism="esa", event_json=event.to_json())
+    assert 0 < len(paid) < 50 and [r.query_id for r in paid] == [f"q{i}" for i in range(len(paid))]
+    assert all(a.epsilon_after == b.epsilon_before for a, b in zip(paid, paid[1:]))
+    # the last paid one fits, one more would not (the exact accountant over every entry agrees)
+    assert epsilon_of(ledger_events(con, "d"), 1e-5) <= paid[-1].epsilon_after <= 1.0
+    assert epsilon_of([*ledger_events(con, "d"), event.to_json()], 1e-5) > 1.0
+    assert verify_budget(con, "d")["ok"]
+    assert budget_summary(con, "d")["epsilon_spent"] == paid[-1].epsilon_after
+
+
+class _FailingAt:
+    """A connection that fails the first statement starting with `prefix` (a crash inside the transaction)."""
+
+    def __init__(self, con, prefix):
+        self.con, self.prefix = con, prefix
+
+    def execute(self, sql, *args):
+        if sql.lstrip().startswith(self.prefix):
+            raise RuntimeError("injected crash")
+        return self.con.execute(sql, *args)
+
+
+@pytest.mark.parametrize("prefix", ["INSERT INTO budget_events", "INSERT INTO budget_spent"])
+def test_a_crash_between_the_entries_and_the_state_update_leaves_both_unchanged(con, prefix):
+    from dpicl.storage.ledger import budget_state, reserve_batch, verify_budget
+
+    open_budget(con, "d", 5.0, 1e-5)
+    event = esa.cost(noise_multiplier=2.0, sampling_rate=0.2).to_json()
+    reserve_batch(con, dataset="d", run_id="run", backlog="b", query_ids=["q0", "q1"], mechanism="esa",
+                  event_json=event)
+    before = (ledger_events(con, "d"), budget_state(con, "d"), budget_summary(con, "d")["epsilon_spent"])
+    with pytest.raises(RuntimeError, match="injected"):
+        reserve_batch(_FailingAt(con, prefix), dataset="d", run_id="run", backlog="b", query_ids=["q2", "q3"],
+                      mechanism="esa", event_json=event)
+    assert (ledger_events(con, "d"), budget_state(con, "d"), budget_summary(con, "d")["epsilon_spent"]) == before
+    assert verify_budget(con, "d")["ok"]
+
+
+def test_verify_reports_a_state_that_disagrees_with_the_entries(con, tmp_path):
+    from typer.testing import CliRunner
+
+    from dpicl.cli import app
+    from dpicl.storage.ledger import reserve_batch, verify_budget
+
+    open_budget(con, "d", 5.0, 1e-5)
+    event = esa.cost(noise_multiplier=2.0, sampling_rate=0.2).to_json()
+    reserve_batch(con, dataset="d", run_id="run", backlog="b", query_ids=["q0", "q1", "q2"], mechanism="esa",
+                  event_json=event)
+    assert verify_budget(con, "d")["ok"]
+    con.execute("UPDATE budget_spent SET epsilon = epsilon / 2")  # a state that under-reports the spend
+    result = verify_budget(con, "d")
+    assert not result["ok"] and result["epsilon_incremental"] < result["epsilon_full"]
+    con.execute("UPDATE budget_spent SET epsilon = epsilon * 2")
+    con.execute("UPDATE budget_events SET count = count - 1")  # counts that forget an entry
+    assert not verify_budget(con, "d")["state_counts_agree"]
+    con.close()
+    cli = CliRunner().invoke(app, ["budget", "verify", "d", "--db", str(tmp_path / "l.duckdb")])
+    assert cli.exit_code == 1 and "DISAGREE" in cli.output
+
+
+def test_the_migration_carries_an_older_ledger_into_the_state(tmp_path):
+    """A database written before the composed state existed: its entries become the state's counts, and the
+    first summary is the full recomputation."""
+    import duckdb
+
+    from dpicl.storage.db import MIGRATIONS_DIR
+
+    path = tmp_path / "old.duckdb"
+    raw = duckdb.connect(str(path))
+    raw.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+                "applied_at TIMESTAMP NOT NULL)")
+    for version, name in ((1, "initial"), (2, "evaluations"), (3, "run_sources"), (4, "record_hashes")):
+        raw.execute((MIGRATIONS_DIR / f"{version:04d}_{name}.sql").read_text())
+        raw.execute("INSERT INTO schema_migrations VALUES (?, ?, current_timestamp)", [version, name])
+    raw.execute("INSERT INTO datasets VALUES ('d', 'private', 'text', 'x', 'x', '{}', 20, 'k'::BLOB, "
+                "current_timestamp)")
+    raw.execute("INSERT INTO budgets (dataset, epsilon, delta) VALUES ('d', 5.0, 1e-5)")
+    event = esa.cost(noise_multiplier=2.0, sampling_rate=0.2).to_json()
+    raw.execute("""INSERT INTO ledger (dataset, run_id, backlog, query_id, mechanism, event, epsilon_before,
+                   epsilon_after) SELECT 'd', 'r', 'b', 'q' || i, 'esa', ?, 0, 0 FROM range(7) t(i)""", [event])
+    raw.close()
+    con = connect(path)
+    from dpicl.storage.ledger import budget_state, verify_budget
+
+    assert budget_state(con, "d") == {event: 7}
+    assert budget_summary(con, "d")["epsilon_spent"] == pytest.approx(epsilon_of([event] * 7, 1e-5))
+    assert verify_budget(con, "d")["ok"]
+    con.close()

@@ -12,7 +12,6 @@ from dpicl.keywords import keywords
 from dpicl.privacy.accounting.events import event_from_json
 from dpicl.storage.db import connect
 from dpicl.storage.ledger import budget_summary, ledger_events, stored_releases
-from dpicl.tasks.context import epsilon_of
 from tests.pipeline.conftest import N_QUERIES, PLANNED, write_jsonl
 
 pytestmark = pytest.mark.slow  # each flow run starts Prefect
@@ -36,7 +35,7 @@ def _run(config: str, db: str):
         releases = stored_releases(con, "tiny-backlog")
         events = [event_from_json(e) for e in ledger_events(con, "tiny")]
         details = [json.loads(d) for (d,) in con.execute("SELECT details FROM releases ORDER BY query_id").fetchall()]
-        return result, releases, events, details, budget_summary(con, "tiny", epsilon_of)
+        return result, releases, events, details, budget_summary(con, "tiny")
     finally:
         con.close()
 

@@ -22,7 +22,6 @@ from dpicl.storage import get_dataset, load_records
 from dpicl.storage.db import connect
 from dpicl.storage.ingest import FieldMap, ingest_dataset
 from dpicl.storage.ledger import budget_summary, ledger_events, stored_releases
-from dpicl.tasks.context import epsilon_of
 from tests.pipeline.conftest import N_QUERIES, PLANNED, write_jsonl
 from tests.pipeline.test_methods import LABELS, classification_env  # noqa: F401 (fixture)
 
@@ -44,7 +43,7 @@ def _state(db: str):
     con = connect(db, read_only=True)
     try:
         return ([event_from_json(e) for e in ledger_events(con, "tiny")], stored_releases(con, "tiny-backlog"),
-                budget_summary(con, "tiny", epsilon_of))
+                budget_summary(con, "tiny"))
     finally:
         con.close()
 

@@ -155,7 +155,6 @@ def test_budget_show_counts_the_entries_resting_on_an_unproven_claim(tmp_path):
     from dpicl.storage.db import connect
     from dpicl.storage.ingest import FieldMap, ingest_dataset
     from dpicl.storage.ledger import budget_summary, open_budget, reserve
-    from dpicl.tasks.context import epsilon_of
 
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"input": f"t{i}", "output": f"s{i}"}) + "\n" for i in range(100)))
@@ -168,11 +167,11 @@ def test_budget_show_counts_the_entries_resting_on_an_unproven_claim(tmp_path):
 
     def charge(query_id, event_json):
         assert reserve(con, dataset="d", run_id="run", backlog="b", query_id=query_id, mechanism="dps_mozo",
-                       event_json=event_json, epsilon_of=epsilon_of) is not None
+                       event_json=event_json) is not None
 
     charge("q0", DPSMozoEvent(0.01, 5, 1 / 100, 2, guarantee="proven").to_json())
     charge("q1", DPSMozoEvent(0.01, 5, 1 / 100, 2, guarantee="proven").to_json())
-    assert budget_summary(con, "d", epsilon_of)["unproven_entries"] == 0
+    assert budget_summary(con, "d")["unproven_entries"] == 0
     con.close()
     runner = CliRunner()
     shown = runner.invoke(app, ["budget", "show", "d", "--db", str(db)])
@@ -184,7 +183,7 @@ def test_budget_show_counts_the_entries_resting_on_an_unproven_claim(tmp_path):
     # an entry written before the label existed (ball at order α): the paper's claim
     charge("q3", '{"alpha": 5, "beta": 0.01, "kind": "dps_mozo", "mechanism": "dps_mozo", "sampling_rate": 0.04, '
                  '"tokens": 2}')
-    summary = budget_summary(con, "d", epsilon_of)
+    summary = budget_summary(con, "d")
     con.close()
     assert summary["ledger_entries"] == 4 and summary["unproven_entries"] == 2
     shown = runner.invoke(app, ["budget", "show", "d", "--db", str(db)])

@@ -20,7 +20,9 @@ from importlib.metadata import version
 from prv_accountant.dpsgd import find_noise_multiplier as _prv_find_noise_multiplier
 
 from .auto import AutoAccountant
-from .events import PrivacyEvent, SubsampledGaussianEvent
+from .events import ComposedEvent, PrivacyEvent, SubsampledGaussianEvent
+from .prv import MAX_BYTES, PRVAccountant, mesh_bytes
+from .rdp import RDPAccountant
 
 # Relative precision of the certified noise multiplier (0.01 %), far inside the 0.5 % allowance.
 _REL_TOL = 1e-4
@@ -67,9 +69,67 @@ def _stored_search(arguments: dict, search) -> float:
     return value
 
 
+def times(event: PrivacyEvent, count: int) -> list[PrivacyEvent]:
+    """``count`` applications of ``event`` as one composed event (accountants compose it by count)."""
+    if count == 0:
+        return []
+    if isinstance(event, ComposedEvent):
+        return [ComposedEvent(event.event, event.count * count)]
+    return [event] if count == 1 else [ComposedEvent(event, count)]
+
+
 def _epsilon_for(accountant, noise_multiplier: float, sampling_rate: float, queries: int, delta: float) -> float:
     event = SubsampledGaussianEvent(noise_multiplier, sampling_rate, sensitivity=1.0, mechanism="calibration")
-    return accountant.epsilon([event] * queries, delta)
+    return accountant.epsilon(times(event, queries), delta)
+
+
+def _rdp_noise_multiplier(sampling_rate: float, queries: int, epsilon: float, delta: float) -> float:
+    """The smallest nm (to 0.01 %) whose RDP bound over ``queries`` compositions is ≤ ``epsilon``: sound, looser
+    than PRV, and cheap at any number of queries (one curve per candidate nm)."""
+    rdp = RDPAccountant()
+
+    def fits(nm: float) -> bool:
+        return _epsilon_for(rdp, nm, sampling_rate, queries, delta) <= epsilon
+
+    hi = 1.0
+    while not fits(hi):
+        hi *= 2
+        if hi > 1e6:
+            raise RuntimeError("could not certify a noise multiplier; is the target ε reachable?")
+    lo = hi / 2
+    while fits(lo) and lo > 1e-3:
+        lo, hi = lo / 2, lo
+    while hi - lo > _REL_TOL * lo:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
+
+
+def _library_search_fits(nm_rdp: float, sampling_rate: float, queries: int, delta: float) -> bool:
+    """Whether prv-accountant's own search stays within the memory bound: it evaluates down to about the PRV answer
+    over √2, at eps_error 0.005 and delta_error δ/1000 (a small sampling rate with 10⁴ queries took 24 GB)."""
+    from prv_accountant import PoissonSubsampledGaussianMechanism
+
+    lowest = PoissonSubsampledGaussianMechanism(noise_multiplier=nm_rdp / 2, sampling_probability=sampling_rate)
+    return mesh_bytes([lowest], [queries], 0.005, delta / 1000) <= MAX_BYTES
+
+
+def _bounded_search(nm_rdp: float, sampling_rate: float, queries: int, epsilon: float, delta: float) -> float:
+    """Where the library's search would not fit: from the RDP-certified nm, at most three secant steps with the
+    ledger's (memory-bounded) PRV accountant; the smallest nm either accountant certifies."""
+    prv, best, nm = PRVAccountant(), nm_rdp, nm_rdp
+    for _ in range(3):
+        try:
+            eps = _epsilon_for(prv, nm, sampling_rate, queries, delta)
+        except RuntimeError:  # too large even coarsened: the RDP value stands
+            break
+        if eps <= epsilon:
+            best = min(best, nm)
+        following = nm * eps / epsilon * 1.001  # ε ∝ 1/nm locally; aim a little above the target's nm
+        if abs(following - nm) <= 1e-3 * nm:
+            break
+        nm = following
+    return best
 
 
 def calibrate_noise_multiplier(
@@ -82,10 +142,20 @@ def calibrate_noise_multiplier(
     """
     if queries < 1:
         raise ValueError(f"queries must be >= 1, got {queries}")
+    default = accountant is None
     accountant = accountant or AutoAccountant()
-    nm = find_noise_multiplier(sampling_rate, queries, epsilon, delta)
+    nm_rdp = _rdp_noise_multiplier(sampling_rate, queries, epsilon, delta)
+    if _library_search_fits(nm_rdp, sampling_rate, queries, delta):
+        nm = find_noise_multiplier(sampling_rate, queries, epsilon, delta)
+    else:
+        arguments = dict(sampling_rate=sampling_rate, queries=queries, epsilon=epsilon, delta=delta,
+                         search="rdp-then-bounded-prv")
+        nm = _stored_search(arguments, lambda: _bounded_search(nm_rdp, sampling_rate, queries, epsilon, delta))
 
     def fits(x: float) -> bool:
+        # the ledger's bound is the smaller of PRV and RDP: an RDP fit certifies it without the (slow) PRV call
+        if default and _epsilon_for(RDPAccountant(), x, sampling_rate, queries, delta) <= epsilon:
+            return True
         return _epsilon_for(accountant, x, sampling_rate, queries, delta) <= epsilon
 
     if fits(nm):
@@ -118,16 +188,24 @@ def max_additional(
     about a second, so fewer calls than plain bisection matter). By construction k fits and k+1 does not,
     unless k == ``upper``.
     """
+    default = accountant is None
     accountant = accountant or AutoAccountant()
     base = list(events_so_far)
 
     def eps(k: int) -> float:
-        return accountant.epsilon(base + [new_event] * k, delta)
+        return accountant.epsilon(base + times(new_event, k), delta)
 
-    lo, eps_lo = 0, eps(0)  # invariant: lo fits
+    lo = 0  # invariant: lo fits
+    rdp = RDPAccountant()
+    if default and all(rdp.supports(e) for e in [*base, new_event]):
+        # the ledger's bound is at most the RDP bound: what RDP pays for, it pays for (cheap to find, any k)
+        lo = _largest_fitting(lambda k: rdp.epsilon(base + times(new_event, k), delta), epsilon_limit, upper)
+    eps_lo = eps(lo)
     if eps_lo > epsilon_limit:
         return 0
-    hi = 1
+    if lo == upper:
+        return upper
+    hi = lo + 1
     while True:  # find the first hi that does not fit
         eps_hi = eps(hi)
         if eps_hi > epsilon_limit:
@@ -154,6 +232,23 @@ def max_additional(
         else:
             hi, eps_hi = mid, eps_mid
         bisect_next = (hi - lo) > width // 2  # safeguard: bisect after a step that did not halve the bracket
+    return lo
+
+
+def _largest_fitting(eps, limit: float, upper: int) -> int:
+    """Largest k ≤ upper with eps(k) ≤ limit, for eps non-decreasing in k (0 when none fits): plain bisection, for
+    a cheap eps."""
+    if eps(0) > limit:
+        return 0
+    hi = 1
+    while hi < upper and eps(hi) <= limit:
+        hi = min(upper, hi * 2)
+    if eps(hi) <= limit:
+        return hi
+    lo = hi // 2  # fits (or 0)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if eps(mid) <= limit else (lo, mid)
     return lo
 
 

@@ -39,6 +39,7 @@ Looser than the PRV accountant for Gaussian events but sound, and it covers the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -208,6 +209,9 @@ class RDPAccountant:
         raise UnsupportedEventError(f"RDP accountant cannot account for {type(event).__name__}")
 
     def _curve(self, key: tuple) -> np.ndarray:
+        return _cached_curve(self, key)
+
+    def _compute_curve(self, key: tuple) -> np.ndarray:
         kind, *params, q = key
         orders = np.asarray(self.alphas)
         if kind == "dps_mozo":  # sampling without replacement (Wang et al. 2019); nothing known above α
@@ -232,6 +236,13 @@ class RDPAccountant:
             base, eps_inf = (lambda a: gaussian_rdp(nm, a) + exponential_rdp(eps_em, a)), math.inf
         curve = poisson_subsampled_rdp(base, q, self.alphas[-1], eps_inf, self.amplification)
         return curve[self._index]
+
+    def __eq__(self, other: object) -> bool:  # the curves depend on these two only (the cache's key)
+        return isinstance(other, RDPAccountant) and (self.alphas, self.amplification) == (
+            other.alphas, other.amplification)
+
+    def __hash__(self) -> int:
+        return hash((self.alphas, self.amplification))
 
     def _check(self, events: Sequence[PrivacyEvent]) -> None:
         for event in events:
@@ -277,3 +288,11 @@ class RDPAccountant:
         if remaining <= 0:
             return math.inf
         return bbghs_epsilon(curve, self.alphas, remaining)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_curve(accountant: RDPAccountant, key: tuple) -> np.ndarray:
+    """An event's amplified curve, computed once per process: a ledger composes a few distinct events many times."""
+    curve = accountant._compute_curve(key)
+    curve.setflags(write=False)
+    return curve

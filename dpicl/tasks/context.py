@@ -18,7 +18,7 @@ import duckdb
 
 from dpicl.config import Config, load_config
 from dpicl.privacy.accounting.composed import count_events, full_epsilon
-from dpicl.storage import ledger
+from dpicl.storage import ledger, recovery
 from dpicl.storage.db import DatabaseLockedError, connect
 from dpicl.storage.runs import get_run, stored_plan
 
@@ -120,7 +120,13 @@ def epsilon_of(events_json: Sequence[str], delta: float) -> float:
 def reserve(con: duckdb.DuckDBPyConnection, cfg: Config, run_id: str, query_id: str, mechanism: str,
             event_json: str, backlog: str | None = None):
     """Pay for one release from the config's private dataset before anything is drawn (privacy invariant 3);
-    None when its budget cannot pay. `backlog` defaults to the config's."""
+    None when its budget cannot pay. `backlog` defaults to the config's. A charge that a crashed run paid for this very
+    release and never used is taken over instead of paying again (privacy invariant 8, dpicl/storage/recovery.py)."""
+    taken_over = recovery.take_over_unused_charge(con, dataset=cfg.private_dataset, run_id=run_id,
+                                                  backlog=backlog or cfg.backlog, query_id=query_id,
+                                                  mechanism=mechanism, event_json=event_json)
+    if taken_over is not None:
+        return taken_over
     return ledger.reserve(con, dataset=cfg.private_dataset, run_id=run_id, backlog=backlog or cfg.backlog,
                           query_id=query_id, mechanism=mechanism, event_json=event_json)
 

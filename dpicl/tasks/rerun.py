@@ -51,6 +51,7 @@ from dpicl.storage.ledger import (
     stored_release,
 )
 from dpicl.storage.queries import copy_queries
+from dpicl.storage.recovery import reused_entries
 from dpicl.storage.runs import (
     create_run,
     get_run,
@@ -230,8 +231,10 @@ def _uses_of_subsamples(con, root_run_id: str, query_ids: list[str]) -> dict[str
     """Per query: the (mechanism, event JSON) of every ledger entry charged for a mechanism on its subsample
     (the root run's and its reruns' entries; free public-data entries left out), oldest first."""
     runs = lineage_runs(con, root_run_id)
-    rows = con.execute("SELECT query_id, mechanism, event FROM ledger WHERE list_contains(?, run_id) "
-                       "AND list_contains(?, query_id) ORDER BY entry_id", [runs, query_ids]).fetchall()
+    # a charge a lineage run took over from a crashed run paid for a draw on that run's subsample too
+    rows = con.execute("SELECT query_id, mechanism, event FROM ledger WHERE (list_contains(?, run_id) "
+                       "OR list_contains(?, entry_id)) AND list_contains(?, query_id) ORDER BY entry_id",
+                       [runs, reused_entries(con, runs), query_ids]).fetchall()
     uses: dict[str, list[tuple[str, str]]] = {q: [] for q in query_ids}
     for query_id, mechanism, event in rows:
         if json.loads(event).get("kind") != PublicDataEvent.kind:
@@ -342,7 +345,8 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
                              "or re-run --from aggregate (a new release, charged)")
         rows = con.execute(
             "SELECT a.query_id, a.key, l.entry_id, l.epsilon_before, l.epsilon_after FROM artifacts a "
-            "JOIN ledger l ON l.run_id = a.run_id AND l.query_id = a.query_id AND l.mechanism NOT LIKE ? "
+            "JOIN ledger l ON (l.run_id = a.run_id OR l.entry_id IN (SELECT u.entry_id FROM ledger_reuses u "
+            "WHERE u.run_id = a.run_id)) AND l.query_id = a.query_id AND l.mechanism NOT LIKE ? "
             "WHERE a.run_id = ? AND a.stage = 'aggregate'", [f"%{TOP_UP}", source_run_id]).fetchall()
         stored = {q: {"aggregate": key, "source_entry_id": entry} for q, key, entry, _, _ in rows}
         missing_what = f"stored DP aggregates of run {source_run_id!r}"

@@ -1,0 +1,336 @@
+"""Fault injection with the real database: a flow run is killed with SIGKILL at a stage boundary of `answer` (ESA and
+DPS-MOZO), `synthesize` (dp-fewshot) and `rerun` (--from aggregate), then run again. After every fault:
+
+* the killed process really died of SIGKILL at that boundary, and left no Prefect server behind;
+* its run is marked `crashed` by the next run;
+* the next run finishes (a synthesis whose dataset was already written refuses, charging nothing);
+* every release has exactly one ledger entry, no query is answered twice, spent ε ≤ the budget's limit, and every
+  ledger entry is either released or was paid by a crashed run (nothing charged without a reason);
+* a charge paid and never used is taken over by the retry where nothing drawn was stored (docs/PRIVACY.md, "Crash
+  recovery"), and paid again where the draw is stored (a DP aggregate, releasable by `dpicl rerun --from release`).
+
+The kill comes from a wrapper the child process puts around one function (by module and name) before the flow runs:
+SIGKILL before or after its n-th call; `mid-inference` wraps the fake LLM. Children of one test share the pytest
+process's temporary Prefect server (no server start per fault); each has its own database copy, so the writer slot it
+dies holding is never asked for again. test_locking.py kills a writer that runs its own temporary server.
+
+With DPICL_FAULT_REPORT=path every fault appends one JSON line (flow, boundary, outcome) to that file:
+docs/RELIABILITY.md reports the counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from dpicl.storage.db import connect
+from tests.pipeline.conftest import N_QUERIES, PLANNED, write_jsonl
+from tests.pipeline.serving import FAKE_SITE, REPO
+
+pytestmark = pytest.mark.slow
+
+MAX_TOKENS = 6
+
+# The child: wrap one function so that the process kills itself with SIGKILL before/after its n-th call, then run
+# the flow. Prints FINISHED when the fault was never reached.
+_DRIVER = r"""
+import importlib, json, os, signal, sys
+
+spec = json.loads(os.environ["DPICL_FAULT"])
+module, _, attribute = spec["target"].partition(":")
+owner = importlib.import_module(module)
+*path, name = attribute.split(".")
+for part in path:
+    owner = getattr(owner, part)
+original = getattr(owner, name)
+calls = 0
+
+def wrapper(*args, **kwargs):
+    global calls
+    calls += 1
+    hit = calls == spec["call"]
+    if hit and spec["when"] == "before":
+        os.kill(os.getpid(), signal.SIGKILL)
+    result = original(*args, **kwargs)
+    if hit and spec["when"] == "after":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return result
+
+setattr(owner, name, wrapper)
+flow, kwargs = sys.argv[1], json.loads(sys.argv[2])
+if flow == "answer":
+    from dpicl.flows.answer_backlog import answer_backlog as run
+elif flow == "synthesize":
+    from dpicl.flows.synthesize_demos import synthesize_demos as run
+else:
+    from dpicl.flows.rerun import rerun as run
+run(**kwargs)
+print("FINISHED", flush=True)
+"""
+
+RESERVE = "dpicl.tasks.context:reserve"
+GENERATE = "tests.pipeline.fakes:FakeBackend.generate"
+NEXT_TOKEN = "tests.pipeline.fakes:FakeBackend.next_token_logprobs"
+
+# (scenario, boundary, target, before/after, call, whether the retry takes over the unused charge)
+FAULTS = [
+    ("answer-esa", "before reserve", RESERVE, "before", 2, False),
+    ("answer-esa", "after reserve", RESERVE, "after", 2, True),
+    ("answer-esa", "mid-inference", GENERATE, "before", 4, False),
+    ("answer-esa", "after draw (aggregate stored)", "dpicl.tasks.aggregate:put_artifact", "after", 2, False),
+    ("answer-esa", "before release", "dpicl.tasks.release:record_release", "before", 2, False),
+    ("answer-esa", "after release", "dpicl.tasks.release:record_release", "after", 2, False),
+    ("answer-dps-mozo", "before reserve", RESERVE, "before", 2, False),
+    ("answer-dps-mozo", "after reserve", RESERVE, "after", 2, True),
+    ("answer-dps-mozo", "mid-inference", NEXT_TOKEN, "before", 10, True),
+    ("answer-dps-mozo", "after draw (decoded)", "dpicl.tasks.decode:_answer", "after", 2, True),
+    ("answer-dps-mozo", "before release", "dpicl.tasks.decode:record_release", "before", 2, True),
+    ("answer-dps-mozo", "after release", "dpicl.tasks.decode:record_release", "after", 2, False),
+    ("synthesize", "before reserve", RESERVE, "before", 1, False),
+    ("synthesize", "after reserve", RESERVE, "after", 1, True),
+    ("synthesize", "mid-inference", NEXT_TOKEN, "before", 5, True),
+    ("synthesize", "before release", "dpicl.tasks.synthesize:write_synthetic_dataset", "before", 1, True),
+    ("synthesize", "after release", "dpicl.tasks.synthesize:write_synthetic_dataset", "after", 1, False),
+    ("rerun", "before reserve", RESERVE, "before", 1, False),
+    ("rerun", "after reserve", RESERVE, "after", 1, False),
+    ("rerun", "after draw (aggregate stored)", "dpicl.tasks.aggregate:put_artifact", "after", 1, False),
+    ("rerun", "before release", "dpicl.tasks.release:record_release", "before", 1, False),
+    ("rerun", "after release", "dpicl.tasks.release:record_release", "after", 1, False),
+]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# databases to kill runs on, built once
+
+
+def _base(tmp: Path, *, public: bool = False) -> tuple[Path, Path]:
+    from dpicl.storage.ingest import FieldMap, ingest_dataset, ingest_queries
+    from dpicl.storage.ledger import open_budget
+
+    private = write_jsonl(tmp / "private.jsonl", [
+        {"id": f"r{i}", "text": f"private ticket number {i} about topic {i % 4}", "summary": f"private summary {i}"}
+        for i in range(60)])
+    backlog = write_jsonl(tmp / "backlog.jsonl", [{"id": f"q{i}", "text": f"incoming ticket {i}"}
+                                                  for i in range(N_QUERIES)])
+    db = tmp / "template.duckdb"
+    con = connect(db)
+    fields = FieldMap(id="id", input="text", output="summary")
+    ingest_dataset(con, private, "tiny", "private", "summarization", fields)
+    ingest_queries(con, backlog, "tiny-backlog", FieldMap(id="id", input="text", output=None))
+    if public:
+        rows = [{"id": f"p{i}", "text": f"public ticket {i}", "summary": f"public summary {i}"} for i in range(10)]
+        ingest_dataset(con, write_jsonl(tmp / "public.jsonl", rows), "tiny-public", "public", "summarization", fields)
+    open_budget(con, "tiny", 2.0, 1e-5)
+    con.close()
+    return db, tmp / "config.yaml"
+
+
+def _write_config(path: Path, method: dict, **top) -> str:
+    path.write_text(yaml.safe_dump({
+        "name": "tiny", "private_dataset": "tiny", "backlog": "tiny-backlog", "method": method, "batch_queries": 3,
+        "generation": {"max_new_tokens": MAX_TOKENS, "stop": ["\n"]}, **top}))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def templates(tmp_path_factory):
+    """{scenario: (template db, flow, flow kwargs without db)}."""
+    from tests.pipeline.test_rerun import _build
+
+    out = {}
+    db, config = _base(tmp_path_factory.mktemp("esa"))
+    out["answer-esa"] = (db, "answer", {"config": _write_config(
+        config, {"name": "esa", "teachers": 4, "shots": 2, "candidates": 3, "planned_queries": PLANNED})})
+    db, config = _base(tmp_path_factory.mktemp("mozo"))
+    out["answer-dps-mozo"] = (db, "answer", {"config": _write_config(
+        config, {"name": "dps-mozo", "shots": 3, "top_k": 10, "planned_queries": PLANNED,
+                 "accept_unproven_guarantee": True})})
+    db, config = _base(tmp_path_factory.mktemp("synth"), public=True)
+    out["synthesize"] = (db, "synthesize", {"config": _write_config(
+        config, {"name": "dp-fewshot", "splits": 3, "shots": 2, "demos": 3, "top_k": 10},
+        public_dataset="tiny-public", synthetic={"name": "tiny-synthetic", "epsilon": 1.0})})
+    config, db, source_run = _build(tmp_path_factory.mktemp("rerun"))
+    out["rerun"] = (Path(db), "rerun", {"run_id": source_run, "from_stage": "aggregate", "max_queries": 1})
+    return out
+
+
+@pytest.fixture(scope="module")
+def api_url():
+    """The pytest process's temporary Prefect server, shared by the children."""
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()
+    server.start()
+    return server.api_url
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# what is checked
+
+
+def _rows(db: str, sql: str, params: list | None = None) -> list[tuple]:
+    con = connect(db, read_only=True)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+def _unreleased(db: str) -> int:
+    return _rows(db, "SELECT count(*) FROM ledger l WHERE NOT EXISTS (SELECT 1 FROM releases r WHERE r.entry_id = "
+                     "l.entry_id) AND NOT EXISTS (SELECT 1 FROM datasets d WHERE TRY_CAST(json_extract_string("
+                     "d.field_map, '$.ledger_entry') AS BIGINT) = l.entry_id) AND l.mechanism NOT LIKE '%top-up'")[0][0]
+
+
+def _check_invariants(db: str) -> dict:
+    from dpicl.storage.ledger import ledger_events
+    from dpicl.tasks.context import epsilon_of
+
+    releases = _rows(db, "SELECT backlog, query_id, entry_id FROM releases")
+    entries = dict(_rows(db, "SELECT entry_id, run_id FROM ledger"))
+    # every release has exactly one ledger entry, and no entry pays for two releases
+    assert all(entry in entries for *_, entry in releases)
+    assert len({entry for *_, entry in releases}) == len(releases)
+    # no query answered twice; answered ⇔ released
+    assert len({(b, q) for b, q, _ in releases}) == len(releases)
+    answered = set(_rows(db, "SELECT backlog, query_id FROM queries WHERE status = 'answered'"))
+    assert answered == {(b, q) for b, q, _ in releases}
+    # spent ≤ limit, by the ledger's accountant over every entry
+    con = connect(db, read_only=True)
+    try:
+        limit, delta = con.execute("SELECT epsilon, delta FROM budgets WHERE dataset = 'tiny'").fetchone()
+        spent = epsilon_of(ledger_events(con, "tiny"), delta)
+    finally:
+        con.close()
+    assert spent <= limit
+    # an entry without a release (top-ups of reused subsamples aside) was paid by a run that crashed
+    unreleased_runs = {r for (r,) in _rows(
+        db, "SELECT l.run_id FROM ledger l WHERE NOT EXISTS (SELECT 1 FROM releases r WHERE r.entry_id = l.entry_id) "
+            "AND NOT EXISTS (SELECT 1 FROM datasets d WHERE TRY_CAST(json_extract_string(d.field_map, "
+            "'$.ledger_entry') AS BIGINT) = l.entry_id) AND l.mechanism NOT LIKE '%top-up'")}
+    statuses = dict(_rows(db, "SELECT run_id, status FROM runs"))
+    assert all(statuses[r] == "crashed" for r in unreleased_runs), (unreleased_runs, statuses)
+    return {"releases": len(releases), "entries": len(entries), "spent": spent, "limit": limit}
+
+
+def _servers_with(tag: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if "create_app" in " ".join(process.info["cmdline"] or []) and \
+                    process.environ().get("DPICL_FAULT_TAG") == tag:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def _kill_child(db: str, flow: str, kwargs: dict, spec: dict, api_url: str | None, tmp: Path) -> tuple[int, str]:
+    tag = uuid.uuid4().hex
+    env = {**os.environ, "DPICL_FAULT": json.dumps(spec), "DPICL_FAULT_TAG": tag, "DPICL_TEST_FAKE_MODELS": "1",
+           "PYTHONPATH": os.pathsep.join([str(FAKE_SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
+    log = tmp / "child.log"
+    with open(log, "wb") as out:
+        child = subprocess.run([sys.executable, "-c", _DRIVER, flow, json.dumps({**kwargs, "db": db})], env=env, check=False,
+                               stdout=out, stderr=subprocess.STDOUT, cwd=REPO, timeout=300)
+    deadline = time.monotonic() + 20
+    while _servers_with(tag) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _servers_with(tag), "the killed run left a Prefect server behind"
+    return child.returncode, log.read_text(errors="replace")
+
+
+def _rerun_in_process(flow: str, kwargs: dict, db: str, fake_models) -> dict | str:
+    if flow == "answer":
+        from dpicl.flows.answer_backlog import answer_backlog
+
+        return answer_backlog(**kwargs, db=db)
+    if flow == "synthesize":
+        from dpicl.flows.synthesize_demos import synthesize_demos
+
+        try:
+            return synthesize_demos(**kwargs, db=db)
+        except ValueError as error:
+            assert "already exists" in str(error)
+            return "refused: the synthetic dataset already exists"
+    from dpicl.flows.rerun import rerun
+
+    return rerun(**kwargs, db=db)
+
+
+def _report(row: dict) -> None:
+    path = os.environ.get("DPICL_FAULT_REPORT")
+    if path:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(row) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+IDS = [f"{s}-{b.split(' (')[0].replace(' ', '-')}" for s, b, *_ in FAULTS]
+CHILDREN_AT_ONCE = 3  # the children mostly start Python and wait for Prefect: run a few side by side
+
+
+@pytest.fixture(scope="module")
+def killed(request, templates, api_url, tmp_path_factory):
+    """Every selected fault's child, started up front: {fault id: future of (exit code, log)} and the database
+    copy each one ran on with the runs it held before."""
+    selected = {item.callspec.id for item in request.session.items
+                if getattr(item, "originalname", "") == "test_kill_9_then_run_again"}
+    pool = ThreadPoolExecutor(CHILDREN_AT_ONCE)
+    out = {}
+    for (scenario, _, target, when, call, _), fault_id in zip(FAULTS, IDS, strict=True):
+        if fault_id not in selected:
+            continue
+        template, flow, kwargs = templates[scenario]
+        tmp = tmp_path_factory.mktemp("fault")
+        db = str(tmp / "faulty.duckdb")
+        shutil.copy(template, db)
+        runs_before = {r for (r,) in _rows(db, "SELECT run_id FROM runs")}
+        future = pool.submit(_kill_child, db, flow, kwargs, {"target": target, "when": when, "call": call}, api_url,
+                             tmp)
+        out[fault_id] = (future, db, runs_before)
+    yield out
+    pool.shutdown(wait=True)
+
+
+@pytest.mark.parametrize(("scenario", "boundary", "target", "when", "call", "takes_over"), FAULTS, ids=IDS)
+def test_kill_9_then_run_again(request, templates, killed, fake_models, scenario, boundary, target, when, call,
+                               takes_over):
+    _, flow, kwargs = templates[scenario]
+    future, db, runs_before = killed[request.node.callspec.id]
+    code, log = future.result(timeout=600)
+    assert code == -signal.SIGKILL, f"the fault at {boundary} was not reached (exit {code}):\n{log[-3000:]}"
+    killed = {r for (r,) in _rows(db, "SELECT run_id FROM runs")} - runs_before
+    at_kill = _unreleased(db)
+
+    result = _rerun_in_process(flow, kwargs, db, fake_models)
+    state = _check_invariants(db)
+    statuses = dict(_rows(db, "SELECT run_id, status FROM runs"))
+    assert all(statuses[r] == "crashed" for r in killed), "the killed run was not marked crashed"
+    taken_over = _rows(db, "SELECT count(*) FROM ledger_reuses")[0][0]
+    if takes_over:
+        # one charge was paid and nothing drawn from it stored: the retry takes it over instead of paying again
+        assert taken_over == 1 and _unreleased(db) == at_kill - 1, "the retry paid again"
+    else:
+        assert taken_over == 0 and _unreleased(db) == at_kill
+    if flow == "answer":
+        # the budget pays for PLANNED queries over both runs, minus charges lost to the crash
+        assert state["releases"] == PLANNED - _unreleased(db)
+    _report({"scenario": scenario, "boundary": boundary, "killed": True, "killed_runs": len(killed),
+             "unreleased_at_kill": at_kill, "taken_over": taken_over, "paid_again": _unreleased(db),
+             "rerun": result if isinstance(result, str) else "finished", **state})

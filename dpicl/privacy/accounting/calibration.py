@@ -132,6 +132,18 @@ def _bounded_search(nm_rdp: float, sampling_rate: float, queries: int, epsilon: 
     return best
 
 
+@functools.lru_cache(maxsize=256)
+def searched_noise_multiplier(sampling_rate: float, queries: int, epsilon: float, delta: float) -> float:
+    """Where calibration starts (before certification): prv-accountant's search where it fits in memory (the
+    papers' call and value), else an RDP bisection tightened by a few bounded PRV steps (kept on disk too)."""
+    nm_rdp = _rdp_noise_multiplier(sampling_rate, queries, epsilon, delta)
+    if _library_search_fits(nm_rdp, sampling_rate, queries, delta):
+        return find_noise_multiplier(sampling_rate, queries, epsilon, delta)
+    arguments = dict(sampling_rate=sampling_rate, queries=queries, epsilon=epsilon, delta=delta,
+                     search="rdp-then-bounded-prv")
+    return _stored_search(arguments, lambda: _bounded_search(nm_rdp, sampling_rate, queries, epsilon, delta))
+
+
 def calibrate_noise_multiplier(
     sampling_rate: float, queries: int, epsilon: float, delta: float, accountant=None
 ) -> float:
@@ -144,13 +156,7 @@ def calibrate_noise_multiplier(
         raise ValueError(f"queries must be >= 1, got {queries}")
     default = accountant is None
     accountant = accountant or AutoAccountant()
-    nm_rdp = _rdp_noise_multiplier(sampling_rate, queries, epsilon, delta)
-    if _library_search_fits(nm_rdp, sampling_rate, queries, delta):
-        nm = find_noise_multiplier(sampling_rate, queries, epsilon, delta)
-    else:
-        arguments = dict(sampling_rate=sampling_rate, queries=queries, epsilon=epsilon, delta=delta,
-                         search="rdp-then-bounded-prv")
-        nm = _stored_search(arguments, lambda: _bounded_search(nm_rdp, sampling_rate, queries, epsilon, delta))
+    nm = searched_noise_multiplier(sampling_rate, queries, epsilon, delta)
 
     def fits(x: float) -> bool:
         # the ledger's bound is the smaller of PRV and RDP: an RDP fit certifies it without the (slow) PRV call
@@ -269,5 +275,5 @@ def plan_gaussian(method: str, sensitivity: float, sampling_rate: float, queries
         "epsilon": epsilon,
         "delta": delta,
         # the papers' value, before certifying it against the ledger's upper bound
-        "noise_multiplier_uncertified": find_noise_multiplier(sampling_rate, queries, epsilon, delta),
+        "noise_multiplier_uncertified": searched_noise_multiplier(sampling_rate, queries, epsilon, delta),
     }

@@ -106,11 +106,12 @@ def _rdp_noise_multiplier(sampling_rate: float, queries: int, epsilon: float, de
 
 
 def _library_search_fits(nm_rdp: float, sampling_rate: float, queries: int, delta: float) -> bool:
-    """Whether prv-accountant's own search stays within the memory bound: it evaluates down to about the PRV answer
-    over √2, at eps_error 0.005 and delta_error δ/1000 (a small sampling rate with 10⁴ queries took 24 GB)."""
+    """Whether prv-accountant's own search stays within the memory bound: it starts at nm = √2 and evaluates down to
+    about the PRV answer over √2, at eps_error 0.005 and delta_error δ/1000 (rate 0.667 with 10⁴ queries took 24 GB)."""
     from prv_accountant import PoissonSubsampledGaussianMechanism
 
-    lowest = PoissonSubsampledGaussianMechanism(noise_multiplier=nm_rdp / 2, sampling_probability=sampling_rate)
+    lowest = PoissonSubsampledGaussianMechanism(noise_multiplier=min(math.sqrt(2), nm_rdp / 2),
+                                                sampling_probability=sampling_rate)
     return mesh_bytes([lowest], [queries], 0.005, delta / 1000) <= MAX_BYTES
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import duckdb
 
+from dpicl.names import name_problem
 from dpicl.storage.db import transaction
 
 
@@ -21,7 +22,10 @@ class SyntheticDatasetError(ValueError):
 
 
 def check_new_dataset(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    """Refuse a name that is taken (checked before paying, so a typo costs nothing)."""
+    """Refuse a name that is unusable (dpicl.names) or taken (checked before paying, so a typo costs nothing)."""
+    problem = name_problem(name, "synthetic.name")
+    if problem is not None:
+        raise SyntheticDatasetError(problem)
     if con.execute("SELECT 1 FROM datasets WHERE name = ?", [name]).fetchone():
         raise SyntheticDatasetError(f"a dataset named {name!r} already exists; choose another synthetic.name (DP "
                                     "synthetic demonstrations are never written over existing data)")

@@ -317,3 +317,17 @@ def test_the_installed_command_prints_one_error_line_and_leaves_the_database_as_
     from tests.hardening.badinput import TRIED
 
     TRIED["end to end"] += len(cases)
+
+
+@pytest.mark.parametrize("name", ["", "\n", "demos\x00", " demos"])
+def test_a_synthetic_dataset_name_is_checked_before_anything_is_paid(name):
+    from dpicl.storage.db import connect
+    from dpicl.storage.synthetic import SyntheticDatasetError, check_new_dataset
+
+    con = connect(":memory:")
+    try:
+        with pytest.raises(SyntheticDatasetError, match="synthetic.name"):
+            check_new_dataset(con, name)
+        check_new_dataset(con, "demos")  # a usable name that is free passes
+    finally:
+        con.close()

@@ -91,7 +91,7 @@ def test_planned_ksa_events_and_what_a_budget_pays():
                         em_epsilon=None)
     event = planning.METHODS["ksa-ptr"].event(ptr)
     assert event == SubsampledPTREvent(ptr["epsilon_em"], ptr["noise_multiplier"], ptr["delta0"], q)
-    state = {"dataset": "d", "epsilon_limit": eps, "delta": delta, "events": []}
+    state = {"dataset": "d", "epsilon_limit": eps, "delta": delta, "counts": {}, "epsilon_spent": 0.0}
     paid = planning.payable(state, "ksa-ptr", ptr)["queries_payable"]
     assert T <= paid < T / 0.5  # ε pays for T; the δ share of the failures caps it below T/frac
     jem = planning.plan("ksa-jem", sampling_rate=q, queries=T, epsilon=eps, delta=delta)

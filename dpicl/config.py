@@ -29,7 +29,7 @@ class _Strict(BaseModel):
 
 
 class TaskConfig(_Strict):
-    """How demonstrations and queries become prompts (plain completion format, STACK.md).
+    """How demonstrations and queries become prompts (plain completion format, docs/STACK.md).
 
     A classification task names its label set; teachers then predict the label whose first token is the most
     likely next token after the prompt (paper 001's logit bias, done locally).
@@ -253,7 +253,7 @@ class KSAPublicConfig(_KeywordMethodConfig):
 
 
 class _TokenMethodConfig(_Strict):
-    """Token-level private decoding (DESIGN.md): one mechanism per generated token, at most
+    """Token-level private decoding (docs/ARCHITECTURE.md): one mechanism per generated token, at most
     `generation.max_new_tokens` tokens per answer; the per-answer cost is reserved before decoding starts."""
 
     # the public vocabulary K: the top-k tokens of the public (zero-shot) distribution

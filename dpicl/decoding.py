@@ -1,4 +1,4 @@
-"""Token-level private decoding loops (DESIGN.md "One query through the pipeline", last paragraph): per generated
+"""Token-level private decoding loops (docs/ARCHITECTURE.md, "One query through `answer_backlog`"): per generated
 token one batched call to the backend's `next_token_logprobs` (KV caches kept for the prompts that stay the
 same), one mechanism step on the next-token distributions, one released token appended to every sequence.
 

@@ -1,7 +1,7 @@
 """Flow `answer_backlog`: drain a query backlog with a DP in-context-learning method (esa, rnm, ksa-jem,
 ksa-ptr, sga, ksa-public, dps-mozo, adapmixed, synthetic-icl; the config's `method`).
 
-Reads like DESIGN.md's pipeline: sample → prompt → infer → [embed: esa, sga] → aggregate (pay, then draw)
+Reads like the pipeline of docs/ARCHITECTURE.md: sample → prompt → infer → [embed: esa, sga] → aggregate (pay, then draw)
 → release; the token-level methods pay, then decode, query by query.
 Tasks pass artifact keys; private text stays in DuckDB. Everything that touches the database runs under the
 database's single-writer concurrency limit (`dpicl.flows.locking`), pending queries included, so two runs on one

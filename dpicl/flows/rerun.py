@@ -1,6 +1,6 @@
 """Flow `rerun`: re-run a past run's stages from a chosen stage with a different method or parameters, on the
-stored teacher outputs / votes / embeddings (no LLM call before that stage; DESIGN.md, "Re-running stages from
-cached artifacts").
+stored teacher outputs / votes / embeddings (no LLM call before that stage; docs/ops/rerun-and-plan.md).
+
 
 * `from_stage="aggregate"`: a new DP aggregate per query from the stored private artifacts — a new release,
   paid through the ledger before the draw (`aggregate` task, the same as `answer_backlog`'s), then the `release`

@@ -1,7 +1,7 @@
 """Content-addressed stage artifacts: every stage output is stored under a key derived from what produced it.
 
 key = sha256 of the canonical JSON of {stage, parent keys, parameters}, so a stage re-run with the same inputs
-finds its output instead of recomputing it (DESIGN.md, "Re-running stages from cached artifacts"). Payloads
+finds its output instead of recomputing it (docs/ops/rerun-and-plan.md). Payloads
 are JSON values or numpy arrays (stored as .npy bytes, never pickled). Private artifacts (teacher outputs,
 private embeddings) live only here; tasks pass their keys around.
 """

@@ -1,6 +1,6 @@
 """Opening the dpicl DuckDB database: where it lives, schema migrations, transactions.
 
-One DuckDB file holds everything (DESIGN.md, "Storage"). DuckDB allows one writing process per file, and while
+One DuckDB file holds everything (docs/ARCHITECTURE.md, "Storage"). DuckDB allows one writing process per file, and while
 that process holds it no other process can open it at all, not even read-only (docs/STACK.md): `connect` turns
 that lock error into one that says so and what to do.
 

@@ -1,7 +1,7 @@
 """Reading datasets and records, and reading and updating the query backlog.
 
 Small helpers over the `datasets`, `records` and `queries` tables for tasks, flows and the CLI. Query status
-is 'pending', 'answered' or 'refused_budget' (DESIGN.md: a query the budget cannot pay for is refused).
+is 'pending', 'answered' or 'refused_budget' (a query the budget cannot pay for is refused).
 """
 
 from __future__ import annotations

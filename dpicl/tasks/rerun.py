@@ -1,5 +1,5 @@
-"""Re-running a past run's stages from a chosen stage on its stored artifacts (DESIGN.md, "Re-running stages from
-cached artifacts"): what may be reused, what it costs, and the three stage tasks a rerun adds to the ones of
+"""Re-running a past run's stages from a chosen stage on its stored artifacts (docs/ops/rerun-and-plan.md):
+what may be reused, what it costs, and the three stage tasks a rerun adds to the ones of
 `answer_backlog` (`aggregate` and `release` are reused as they are).
 
 What is free and what is charged:

@@ -1,5 +1,5 @@
 """Stage 1 — sample: refuse what the budget cannot pay for, then draw each query's fresh Poisson
-subsample of the private pool, assigned to teachers by a keyed hash of the record (DESIGN.md)."""
+subsample of the private pool, assigned to teachers by a keyed hash of the record (docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Ledger semantics (DESIGN.md invariants 3, 4, 7): pay first, refuse what cannot be paid, never refund."""
+"""Ledger semantics (docs/PRIVACY.md invariants 3, 4, 7): pay first, refuse what cannot be paid, never refund."""
 
 from __future__ import annotations
 

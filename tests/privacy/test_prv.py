@@ -54,7 +54,7 @@ def test_empty_and_unsupported():
 
 @pytest.mark.slow
 def test_stack_md_reference_value():
-    # STACK.md: nm=5, q=0.01, T=10,000, δ=1e-5 → ε ≈ 0.736 (an estimate, 3 decimals)
+    # docs/STACK.md: nm=5, q=0.01, T=10,000, δ=1e-5 → ε ≈ 0.736 (an estimate, 3 decimals)
     acc = PRVAccountant()
     eps = acc.epsilon([SubsampledGaussianEvent(5.0, 0.01, 1.0)] * 10_000, 1e-5)
     assert 0.7355 <= eps <= 0.7365 + acc.eps_error

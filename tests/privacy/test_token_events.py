@@ -76,10 +76,16 @@ def test_public_data_releases_cost_nothing():
 
 def test_relations_are_never_composed():
     mozo = DPSMozoEvent(0.18, 8, 4 / 14732, 50)
-    assert math.isfinite(total_epsilon([mozo, PublicDataEvent()], 1 / 14732))
+    for free in (PublicDataEvent(), ComposedEvent(PublicDataEvent(), 2)):  # free releases, however the ledger keeps them
+        for paid in (mozo, ComposedEvent(mozo, 3)):
+            assert math.isfinite(total_epsilon([paid, free], 1 / 14732))
+            assert math.isfinite(RDPAccountant().epsilon([paid, free], 1 / 14732))
     for other in (GAUSS, ComposedEvent(GAUSS, 3), FixedOrderRDPEvent(8, 0.1)):
-        with pytest.raises(UnsupportedEventError, match="neighbouring relations"):
-            total_epsilon([mozo, other], 1e-5)
+        for paid in (mozo, ComposedEvent(mozo, 3)):
+            with pytest.raises(UnsupportedEventError, match="neighbouring relations"):
+                total_epsilon([paid, other], 1e-5)
+            with pytest.raises(UnsupportedEventError, match="neighbouring relations"):
+                RDPAccountant().epsilon([paid, other], 1e-5)
 
 
 def test_dps_mozo_tokens_multiply_the_per_token_cost():

@@ -115,21 +115,41 @@ def _library_search_fits(nm_rdp: float, sampling_rate: float, queries: int, delt
     return mesh_bytes([lowest], [queries], 0.005, delta / 1000) <= MAX_BYTES
 
 
-def _bounded_search(nm_rdp: float, sampling_rate: float, queries: int, epsilon: float, delta: float) -> float:
-    """Where the library's search would not fit: from the RDP-certified nm, at most three secant steps with the
-    ledger's (memory-bounded) PRV accountant; the smallest nm either accountant certifies."""
-    prv, best, nm = PRVAccountant(), nm_rdp, nm_rdp
-    for _ in range(3):
+def _bounded_search(nm_rdp: float, sampling_rate: float, queries: int, epsilon: float, delta: float,
+                    evaluations: int = 8) -> float:
+    """Where the library's search would not fit: from the RDP-certified nm, a bracketed secant search in
+    (log nm, log ε) with the ledger's memory-bounded PRV accountant (ε is close to a power of nm there, so a few
+    evaluations land within 0.1 %); the smallest nm either accountant certifies."""
+    prv = PRVAccountant()
+
+    def log_excess(nm: float) -> float:
+        return math.log(_epsilon_for(prv, nm, sampling_rate, queries, delta) / epsilon)
+
+    best = nm_rdp
+    fit = (math.log(nm_rdp), None)  # (log nm, log ε/target) of the smallest nm known to fit
+    miss = None  # the same for the largest nm known not to fit
+    x = math.log(nm_rdp)
+    for _ in range(evaluations):
         try:
-            eps = _epsilon_for(prv, nm, sampling_rate, queries, delta)
-        except RuntimeError:  # too large even coarsened: the RDP value stands
+            y = log_excess(math.exp(x))
+        except RuntimeError:  # too large even coarsened: what was certified so far stands
             break
-        if eps <= epsilon:
-            best = min(best, nm)
-        following = nm * eps / epsilon * 1.001  # ε ∝ 1/nm locally; aim a little above the target's nm
-        if abs(following - nm) <= 1e-3 * nm:
+        if y <= 0:
+            best, fit = min(best, math.exp(x)), (x, y)
+        else:
+            miss = (x, y)
+        if fit[1] is not None and abs(fit[1]) < 1e-3:
             break
-        nm = following
+        if miss is None:  # no bracket yet: ε ≈ c·nm^-2 at least this far out; step past the root
+            x = fit[0] + fit[1] / 2 * 1.2 if fit[1] is not None else x - 0.2
+        elif fit[1] is None:
+            break
+        else:
+            (x0, y0), (x1, y1) = fit, miss
+            if x0 - x1 < 1e-4:
+                break
+            secant = x0 - y0 * (x1 - x0) / (y1 - y0)
+            x = min(max(secant, x1 + 0.02 * (x0 - x1)), x0 - 0.02 * (x0 - x1))  # strictly inside the bracket
     return best
 
 

@@ -248,7 +248,7 @@ class RDPAccountant:
         for event in events:
             if not self.supports(event):
                 raise UnsupportedEventError(f"RDP accountant cannot account for {type(event).__name__}")
-        relations = {e.neighbouring for e in events if not isinstance(e, PublicDataEvent)}
+        relations = {e.neighbouring for e, _ in flatten(events) if not isinstance(e, PublicDataEvent)}
         if len(relations) > 1:
             raise UnsupportedEventError(
                 "cannot compose events for different neighbouring relations (add/remove one record vs replace "

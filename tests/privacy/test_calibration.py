@@ -162,3 +162,28 @@ def test_a_damaged_store_never_gives_an_uncertified_noise_multiplier(fresh_searc
     nm = calibrate_noise_multiplier(*SMALL)
     # the accountant certifies what calibration returns, whatever the store held
     assert bound(nm, q, T, delta, AutoAccountant()) <= eps
+
+
+def test_the_store_uses_the_applications_cache_root_and_an_injected_one(tmp_path, monkeypatch):
+    # the core does not import the application: its default root is computed the same way (existing stores stay
+    # valid), and an injected root wins
+    from dpicl.inference import models
+    from dpicl.privacy.accounting import calibration
+
+    monkeypatch.delenv("DPICL_CACHE", raising=False)
+    assert calibration.cache_dir() == models.cache_dir()
+    monkeypatch.setenv("DPICL_CACHE", str(tmp_path / "env"))
+    assert calibration.cache_dir() == models.cache_dir() == tmp_path / "env"
+    monkeypatch.setenv("DPICL_CACHE", "~/somewhere")
+    assert calibration.cache_dir() == models.cache_dir()
+    monkeypatch.setenv("DPICL_CACHE", str(tmp_path / "env"))
+    try:
+        calibration.set_cache_dir(tmp_path / "injected")
+        find_noise_multiplier.cache_clear()
+        find_noise_multiplier(*SMALL)
+        assert len(list((tmp_path / "injected" / "calibration").glob("*.json"))) == 1
+        assert not (tmp_path / "env").exists()
+    finally:
+        calibration.set_cache_dir(None)
+        find_noise_multiplier.cache_clear()
+    assert calibration.cache_dir() == tmp_path / "env"

@@ -16,6 +16,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 from importlib.metadata import version
+from pathlib import Path
 
 from prv_accountant.dpsgd import find_noise_multiplier as _prv_find_noise_multiplier
 
@@ -26,6 +27,27 @@ from .rdp import RDPAccountant
 
 # Relative precision of the certified noise multiplier (0.01 %), far inside the 0.5 % allowance.
 _REL_TOL = 1e-4
+
+_cache_dir: Path | None = None  # set by the application (set_cache_dir); None: the environment decides
+
+
+def set_cache_dir(path: str | os.PathLike | None) -> None:
+    """Where the calibration store lives: the dpicl cache root (the store is its ``calibration/`` folder).
+
+    The core imports nothing of the application; the application may inject its cache root here. ``None``
+    (the default) reads `$DPICL_CACHE`, else `~/.cache/dpicl`, when the store is used — the same root as
+    ``dpicl.inference.models.cache_dir``, so stored searches stay valid.
+    """
+    global _cache_dir
+    _cache_dir = None if path is None else Path(path).expanduser()
+
+
+def cache_dir() -> Path:
+    """The cache root the calibration store uses (see :func:`set_cache_dir`)."""
+    if _cache_dir is not None:
+        return _cache_dir
+    env = os.environ.get("DPICL_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "dpicl"
 
 
 @functools.lru_cache(maxsize=256)  # pure and slow (seconds to a minute): plans and tests ask twice
@@ -42,13 +64,12 @@ def find_noise_multiplier(sampling_rate: float, queries: int, epsilon: float, de
 
 
 def _stored_search(arguments: dict, search) -> float:
-    """`search()`, stored under `$DPICL_CACHE/calibration`, keyed by its arguments and prv-accountant's version.
+    """`search()`, stored under `cache_dir()/calibration` (by default `$DPICL_CACHE/calibration`), keyed by its
+    arguments and prv-accountant's version.
 
     The arguments are public (sampling rate, T, ε, δ); a file that does not hold a finite positive number for
     exactly these arguments is ignored and written again (atomically: a temporary file, then a rename).
     """
-    from dpicl.inference.models import cache_dir
-
     key = {**{k: repr(v) for k, v in arguments.items()}, "prv_accountant": version("prv-accountant")}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
     path = cache_dir() / "calibration" / f"find_noise_multiplier-{digest}.json"

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import duckdb
 
 from dpicl.config import Config, load_config
-from dpicl.privacy.accounting.composed import count_events, full_epsilon
 from dpicl.storage import ledger, recovery
 from dpicl.storage.db import DatabaseLockedError, connect
 from dpicl.storage.runs import get_run, stored_plan
@@ -110,11 +109,6 @@ def _encoder(model: str, batch_size: int):
 
 def encoder(cfg: Config):
     return _encoder(cfg.embedding.model, cfg.embedding.batch_size)
-
-
-def epsilon_of(events_json: Sequence[str], delta: float) -> float:
-    """The ledger's accountant on a list of stored events, composed by count (the full reference value)."""
-    return full_epsilon(count_events(events_json), delta)
 
 
 def reserve(con: duckdb.DuckDBPyConnection, cfg: Config, run_id: str, query_id: str, mechanism: str,

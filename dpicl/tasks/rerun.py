@@ -39,6 +39,7 @@ from pydantic import ValidationError
 
 from dpicl.config import TOKEN_METHODS, Config, ConfigError, load_config
 from dpicl.inference.base import GenerationParams
+from dpicl.privacy.accounting import ledger_epsilon
 from dpicl.privacy.accounting.events import PublicDataEvent, event_from_json
 from dpicl.privacy.sampling import default_sampling_rate
 from dpicl.prompts import zero_shot_prompt
@@ -416,8 +417,8 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
         event_json = PublicDataEvent(f"{name}:post-processing").to_json()
         adds = [event_json] * len(query_ids)
     spent_events = ledger_events(con, cfg.private_dataset)
-    before = context.epsilon_of(spent_events, budget.delta)
-    after = context.epsilon_of([*spent_events, *adds], budget.delta)
+    before = ledger_epsilon(spent_events, budget.delta)
+    after = ledger_epsilon([*spent_events, *adds], budget.delta)
     affordable = len(query_ids)
     if after > budget.epsilon:
         affordable = _affordable_prefix(query_ids, category, top_ups, event_json, reused_event, spent_events,
@@ -472,7 +473,7 @@ def _affordable_prefix(query_ids, category, top_ups, event_json, reused_event, s
         adds = [event_json if category[q] in ("fresh", "served", "post-processed") else reused_event
                 for q in query_ids[:n]]
         adds += [e for q in query_ids[:n] for _, e in top_ups.get(q, [])]
-        return context.epsilon_of([*spent, *adds], delta) <= limit
+        return ledger_epsilon([*spent, *adds], delta) <= limit
 
     lo, hi = 0, len(query_ids)  # lo fits; hi does not
     while hi - lo > 1:

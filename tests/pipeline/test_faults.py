@@ -195,8 +195,8 @@ def _unreleased(db: str) -> int:
 
 
 def _check_invariants(db: str) -> dict:
+    from dpicl.privacy.accounting import ledger_epsilon
     from dpicl.storage.ledger import ledger_events
-    from dpicl.tasks.context import epsilon_of
 
     releases = _rows(db, "SELECT backlog, query_id, entry_id FROM releases")
     entries = dict(_rows(db, "SELECT entry_id, run_id FROM ledger"))
@@ -211,7 +211,7 @@ def _check_invariants(db: str) -> dict:
     con = connect(db, read_only=True)
     try:
         limit, delta = con.execute("SELECT epsilon, delta FROM budgets WHERE dataset = 'tiny'").fetchone()
-        spent = epsilon_of(ledger_events(con, "tiny"), delta)
+        spent = ledger_epsilon(ledger_events(con, "tiny"), delta)
     finally:
         con.close()
     assert spent <= limit

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from dpicl.privacy.accounting import ledger_epsilon
 from dpicl.privacy.mechanisms import esa
 from dpicl.storage.db import connect
 from dpicl.storage.ingest import FieldMap, ingest_dataset
 from dpicl.storage.ledger import (
     BudgetError, budget_summary, ledger_events, open_budget, record_release, reserve, stored_release,
 )
-from dpicl.tasks.context import epsilon_of
 from tests.pipeline.conftest import write_jsonl
 
 
@@ -43,10 +43,10 @@ def test_budget_exhaustion_refuses_and_total_never_exceeds_limit(con):
         assert r.epsilon_before <= r.epsilon_after <= 1.0
         paid.append(r)
     assert 0 < len(paid) < 50 and refused == 50 - len(paid)
-    total = epsilon_of(ledger_events(con, "d"), 1e-5)
+    total = ledger_epsilon(ledger_events(con, "d"), 1e-5)
     assert total <= 1.0
     # the refused reservation would really have exceeded the limit
-    assert epsilon_of([*ledger_events(con, "d"), event.to_json()], 1e-5) > 1.0
+    assert ledger_epsilon([*ledger_events(con, "d"), event.to_json()], 1e-5) > 1.0
     assert len(ledger_events(con, "d")) == len(paid)
 
 
@@ -97,8 +97,8 @@ def test_a_batch_is_reserved_in_one_transaction_for_as_many_as_the_budget_pays(c
     assert 0 < len(paid) < 50 and [r.query_id for r in paid] == [f"q{i}" for i in range(len(paid))]
     assert all(a.epsilon_after == b.epsilon_before for a, b in zip(paid, paid[1:]))
     # the last paid one fits, one more would not (the exact accountant over every entry agrees)
-    assert epsilon_of(ledger_events(con, "d"), 1e-5) <= paid[-1].epsilon_after <= 1.0
-    assert epsilon_of([*ledger_events(con, "d"), event.to_json()], 1e-5) > 1.0
+    assert ledger_epsilon(ledger_events(con, "d"), 1e-5) <= paid[-1].epsilon_after <= 1.0
+    assert ledger_epsilon([*ledger_events(con, "d"), event.to_json()], 1e-5) > 1.0
     assert verify_budget(con, "d")["ok"]
     assert budget_summary(con, "d")["epsilon_spent"] == paid[-1].epsilon_after
 
@@ -178,6 +178,6 @@ def test_the_migration_carries_an_older_ledger_into_the_state(tmp_path):
     from dpicl.storage.ledger import budget_state, verify_budget
 
     assert budget_state(con, "d") == {event: 7}
-    assert budget_summary(con, "d")["epsilon_spent"] == pytest.approx(epsilon_of([event] * 7, 1e-5))
+    assert budget_summary(con, "d")["epsilon_spent"] == pytest.approx(ledger_epsilon([event] * 7, 1e-5))
     assert verify_budget(con, "d")["ok"]
     con.close()

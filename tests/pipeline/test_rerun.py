@@ -14,9 +14,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from dpicl.privacy.accounting import ledger_epsilon
 from dpicl.privacy.accounting.events import event_from_json
 from dpicl.storage.db import connect
-from dpicl.tasks.context import epsilon_of
 from dpicl.tasks.rerun import RerunError, analyse, parse_overrides
 from tests.pipeline.conftest import write_jsonl
 from tests.pipeline.fakes import FakeBackend, FakeEncoder
@@ -159,7 +159,7 @@ def test_dry_run_changes_nothing_and_counts_free_and_charged(env):
                                                                             for _, e in t]
     assert event_from_json(report["reused_event_json"]).sampling_rate == 1.0
     assert event_from_json(report["event_json"]).sampling_rate < 1.0
-    assert plan["epsilon_charged"] == pytest.approx(epsilon_of(spent + adds, 1e-5) - epsilon_of(spent, 1e-5))
+    assert plan["epsilon_charged"] == pytest.approx(ledger_epsilon(spent + adds, 1e-5) - ledger_epsilon(spent, 1e-5))
     readable = runner.invoke(app, ["rerun", run_id, "--from", "release", "--dry-run", "--db", db])
     assert readable.exit_code == 0, readable.output
     assert "served from stored releases (free): 6" in readable.output and "nothing was changed" in readable.output
@@ -215,7 +215,7 @@ def test_a_new_method_then_free_post_processing(env, monkeypatch):
                   db=db)  # q0, q1: fresh subsamples
     assert first["answered"] == 2
     assert backend.calls and all(n <= 2 for n, _ in backend.calls)  # only the reconstruction prompts
-    spent = epsilon_of([e[3] for e in _ledger(db)], 1e-5)
+    spent = ledger_epsilon([e[3] for e in _ledger(db)], 1e-5)
 
     template = "Input:\n{input}\nUse these words: [{keywords}]\nOutput:"
     report = _report(db, first["run_id"], "release", overrides=[f"method.keyword_template={template}"])
@@ -227,7 +227,7 @@ def test_a_new_method_then_free_post_processing(env, monkeypatch):
     free = _ledger(db, second["run_id"])
     assert len(free) == 2 and all(json.loads(e[3])["kind"] == "public_data" and e[5] == e[4] for e in free)
 
-    assert epsilon_of([e[3] for e in _ledger(db)], 1e-5) == pytest.approx(spent, abs=1e-12)
+    assert ledger_epsilon([e[3] for e in _ledger(db)], 1e-5) == pytest.approx(spent, abs=1e-12)
     con = connect(db, read_only=True)
     try:
         link = con.execute("SELECT source_run_id, root_run_id, from_stage FROM run_sources WHERE run_id = ?",

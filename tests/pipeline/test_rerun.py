@@ -261,6 +261,7 @@ def test_refusals_say_what_and_how_to_fix_and_write_nothing(env, kwargs, words):
         args += ["--set", item]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ") and result.stdout == "", result.output  # errors go to stderr
     flat = " ".join(result.output.split())
     for word in words:
         assert word in flat, flat
@@ -278,6 +279,9 @@ def test_a_rerun_the_budget_cannot_pay_is_refused_and_charges_nothing(env):
     assert result.exit_code == 2, result.output
     flat = " ".join(result.output.split())
     assert "CANNOT pay" in flat and "nothing was charged" in flat and "cheaper setting" in flat
+    # what it would cost on stdout, the refusal as one `error:` line on stderr
+    assert "CANNOT pay" in result.stdout and "error:" not in result.stdout
+    assert result.stderr.startswith("error: ") and "nothing was charged" in " ".join(result.stderr.split())
     assert _snapshot(db) == before
 
 

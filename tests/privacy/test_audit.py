@@ -238,4 +238,5 @@ def test_cli_table_and_unknown_mechanism():
     assert table.exit_code == 0 and "dps-mozo" in table.stdout and "claimed" in table.stdout
     bad = runner.invoke(_app(), ["audit", "nope"])
     assert bad.exit_code == 2
+    assert bad.stderr.startswith("error: unknown mechanism 'nope'") and bad.stdout == ""
     assert "rnm-gaussian" in bad.output and "adapmixed" in bad.output

@@ -1,7 +1,4 @@
-"""`dpicl rerun`: re-run a past run's stages from a stage on its stored artifacts (`dpicl.flows.rerun`).
-
-Registered in ``dpicl.cli`` with ``app.command()(rerun)``.
-"""
+"""`dpicl rerun`: re-run a past run's stages from a stage on its stored artifacts (`dpicl.flows.rerun`)."""
 
 from __future__ import annotations
 
@@ -10,9 +7,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
-console = Console()
+from dpicl.cli.common import DbOption
+from dpicl.cli.console import console
+from dpicl.cli.errors import fail
 
 
 def _open_read_only(db: Path):
@@ -26,11 +24,6 @@ def _open_read_only(db: Path):
         return connect(db, read_only=True)
     except SchemaVersionError:
         return duckdb.connect(str(db), read_only=True)
-
-
-def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
-    raise typer.Exit(2)
 
 
 def rerun(
@@ -50,25 +43,22 @@ def rerun(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="print what would be served (free) and released (charged), and the ε; change nothing")]
     = False,
-    db: Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (default: $DPICL_DB or ./dpicl.duckdb)")]
-    = None,
+    db: DbOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (counts and ε; no text).")] = False,
 ) -> None:
     """Re-run a past run from a stage with another method or parameters, reusing its stored teacher outputs and
     embeddings (no LLM call before that stage). Serving stored releases and post-processing stored DP aggregates is
     free; every new draw from private artifacts is a new release, charged to the ledger like any run."""
     from dpicl.storage.db import default_db_path
-    from dpicl.tasks.rerun import RerunError, analyse, describe, summary
+    from dpicl.tasks.rerun import analyse, describe, summary
 
     path = db or default_db_path()
     if not Path(path).is_file():
-        _fail(f"no dpicl database at {path}; pass --db FILE (or set DPICL_DB)")
+        fail(f"no dpicl database at {path}; pass --db FILE (or set DPICL_DB)")
     con = _open_read_only(path)
     try:
         report = analyse(con, run_id, from_stage, config=config, method=method, overrides=set_,
                          max_queries=max_queries)
-    except (RerunError, ValueError) as err:
-        _fail(str(err))
     finally:
         con.close()
     if dry_run:
@@ -81,17 +71,14 @@ def rerun(
     if not report["payable"]:
         console.print(describe(report), soft_wrap=True)
         fits = report["affordable_queries"]
-        _fail(f"the budget of {report['dataset']!r} cannot pay for this rerun (ε {report['epsilon_charged']:.4f} more, "
-              f"limit {report['epsilon_limit']:g}); nothing was charged. Use "
-              + (f"--max-queries {fits}, " if fits else "")
-              + "a cheaper setting (e.g. a larger method.planned_queries), or --from release (free)")
+        fail(f"the budget of {report['dataset']!r} cannot pay for this rerun (ε {report['epsilon_charged']:.4f} more, "
+             f"limit {report['epsilon_limit']:g}); nothing was charged. Use "
+             + (f"--max-queries {fits}, " if fits else "")
+             + "a cheaper setting (e.g. a larger method.planned_queries), or --from release (free)")
     from dpicl.flows.rerun import rerun as rerun_flow
 
-    try:
-        result = rerun_flow(run_id=run_id, from_stage=from_stage, config=config, method=method, overrides=set_,
-                            max_queries=max_queries, db=str(path))
-    except RerunError as err:
-        _fail(str(err))
+    result = rerun_flow(run_id=run_id, from_stage=from_stage, config=config, method=method, overrides=set_,
+                        max_queries=max_queries, db=str(path))
     if as_json:
         print(json.dumps(result))
         return

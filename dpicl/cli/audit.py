@@ -1,7 +1,4 @@
-"""`dpicl audit`: empirical privacy audits of the mechanisms (``dpicl.privacy.audit``).
-
-Registered in ``dpicl.cli`` with ``app.command()(audit)``.
-"""
+"""`dpicl audit`: empirical privacy audits of the mechanisms (``dpicl.privacy.audit``)."""
 
 from __future__ import annotations
 
@@ -10,10 +7,11 @@ import sys
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from dpicl.cli.console import console, err_console
+from dpicl.cli.errors import fail
 from dpicl.privacy.audit import AUDITS, DEFAULT_CONFIDENCE, DEFAULT_DELTA, run_audit
 
 _NAMES = ", ".join(AUDITS)
@@ -39,42 +37,35 @@ def audit(
 
     Exit code 1 if any audit fails, 2 on bad arguments.
     """
-    err = Console(stderr=True)
     if mechanism is not None and mechanism not in AUDITS:
-        err.print(f"[bold red]error:[/] unknown mechanism {mechanism!r}; valid names: {_NAMES}")
-        raise typer.Exit(2)
+        fail(f"unknown mechanism {mechanism!r}; valid names: {_NAMES}")
     names = list(AUDITS) if mechanism is None else [mechanism]
     if broken is not None:
         if mechanism is None:
-            err.print("[bold red]error:[/] --broken needs a mechanism")
-            raise typer.Exit(2)
+            fail("--broken needs a mechanism")
         if broken not in AUDITS[mechanism].broken_variants:
-            err.print(f"[bold red]error:[/] unknown broken variant {broken!r} of {mechanism}; valid: "
-                      f"{', '.join(AUDITS[mechanism].broken_variants)}")
-            raise typer.Exit(2)
+            fail(f"unknown broken variant {broken!r} of {mechanism}; valid: "
+                 f"{', '.join(AUDITS[mechanism].broken_variants)}")
     if not 0 < confidence < 1:
-        err.print(f"[bold red]error:[/] --confidence must be in (0, 1), got {confidence}")
-        raise typer.Exit(2)
+        fail(f"--confidence must be in (0, 1), got {confidence}")
     if not 0 < delta < 1:
-        err.print(f"[bold red]error:[/] --delta must be in (0, 1), got {delta}")
-        raise typer.Exit(2)
+        fail(f"--delta must be in (0, 1), got {delta}")
     if trials is not None and trials < 100:
-        err.print(f"[bold red]error:[/] --trials must be at least 100, got {trials}")
-        raise typer.Exit(2)
+        fail(f"--trials must be at least 100, got {trials}")
 
     results = {}
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), TextColumn("{task.completed}/"
-                  "{task.total}"), TimeElapsedColumn(), console=err, transient=True,
-                  disable=not err.is_terminal) as progress:
+                  "{task.total}"), TimeElapsedColumn(), console=err_console, transient=True,
+                  disable=not err_console.is_terminal) as progress:
         task = progress.add_task("auditing", total=len(names))
         for name in names:
             progress.update(task, description=f"auditing {name}")
             r = run_audit(name, trials=trials, seed=seed, confidence=confidence, delta=delta, broken=broken)
             results[name] = r
             progress.advance(task)
-            if not err.is_terminal:  # no live bar: one line per mechanism
-                err.print(f"audited {name}: ε lower bound {r.epsilon_lower_bound:.3f}, claimed "
-                          f"{r.claimed_epsilon:.3f} ({r.seconds:.1f} s)")
+            if not err_console.is_terminal:  # no live bar: one line per mechanism
+                err_console.print(f"audited {name}: ε lower bound {r.epsilon_lower_bound:.3f}, claimed "
+                                  f"{r.claimed_epsilon:.3f} ({r.seconds:.1f} s)")
 
     if as_json:
         sys.stdout.write(json.dumps({name: r.to_dict() for name, r in results.items()}, indent=2) + "\n")
@@ -87,9 +78,9 @@ def audit(
             table.add_row(name + (f" [dim](broken: {r.broken})[/]" if r.broken else ""),
                           f"{r.claimed_epsilon:.3f}", f"{r.epsilon_lower_bound:.3f}",
                           "[green]yes[/]" if r.passed else "[bold red]NO[/]", f"{r.trials:,}", r.event)
-        Console().print(table)
+        console.print(table)
         for name, r in results.items():
             if r.note:
-                Console().print(f"[dim]{name}: {r.note}[/]")
+                console.print(f"[dim]{name}: {r.note}[/]")
     if not all(r.passed for r in results.values()):
         raise typer.Exit(1)

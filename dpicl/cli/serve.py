@@ -1,7 +1,4 @@
-"""`dpicl serve`: a local Prefect server and the dpicl deployments, served until Ctrl-C (``dpicl.serve``).
-
-Registered in ``dpicl.cli`` with ``app.command()(serve)``.
-"""
+"""`dpicl serve`: a local Prefect server and the dpicl deployments, served until Ctrl-C (``dpicl.serve``)."""
 
 from __future__ import annotations
 
@@ -9,17 +6,15 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
-from dpicl.cli_errors import err_console, fail
-
-console = Console()
+from dpicl.cli.common import DbOption
+from dpicl.cli.console import console, err_console
+from dpicl.cli.errors import fail
 
 
 def serve(
     config: Annotated[str, typer.Option(help="config file, or the name of a bundled config")] = "demo",
-    db: Annotated[Optional[Path], typer.Option(
-        "--db", help="DuckDB file (default: $DPICL_DB or ./dpicl.duckdb)")] = None,
+    db: DbOption = None,
     interval: Annotated[Optional[float], typer.Option(
         help="answer the backlog every this many seconds (default 3600 unless --cron)")] = None,
     cron: Annotated[Optional[str], typer.Option(
@@ -37,7 +32,6 @@ def serve(
     """Start a local Prefect server (UI), serve the answer-backlog deployment on a schedule and the evaluate and
     rerun deployments on demand, until Ctrl-C. Flow runs write the database one at a time. The API needs the
     token printed on the first start (kept in <db>.serve-token); calls cannot choose the config or the database."""
-    from dpicl.config import ConfigError
     from dpicl.serve import ServeError
     from dpicl.serve import serve as run_serve
 
@@ -48,6 +42,6 @@ def serve(
                   echo=lambda line: (err_console if line.startswith("warning:") else console).print(
                       line, soft_wrap=True, highlight=False, markup=False),
                   allow_remote=allow_remote, max_queries=max_queries, out_dir=str(out))
-    except (ServeError, ConfigError) as err:
+    except ServeError as err:
         message, _, log_tail = str(err).partition("\n")  # a server that failed to start: its log's tail follows
         fail(message, details=log_tail or None)

@@ -1,0 +1,5 @@
+"""`python -m dpicl.cli`: the `dpicl` command."""
+
+from dpicl.cli import app
+
+app()

@@ -1,0 +1,66 @@
+"""`dpicl answer`, `dpicl synthesize` and `dpicl releases`: answer a backlog (or synthesize demonstrations)
+through its Prefect flow, each release paid from the budget, and show the stored releases."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from dpicl.cli.budget import print_budget
+from dpicl.cli.common import DbOption, JsonOption, check_config, check_names, connect
+from dpicl.cli.console import console
+from dpicl.cli.errors import fail
+
+
+def answer(
+    config: Annotated[str, typer.Argument(help="config file, or the name of a bundled config")],
+    db: DbOption = None,
+    max_queries: Annotated[Optional[int], typer.Option(help="answer at most this many pending queries")] = None,
+) -> None:
+    """Run the `answer_backlog` flow: answer the backlog's pending queries, each paid from the budget."""
+    check_config(config)
+    if max_queries is not None and max_queries < 1:
+        fail(f"--max-queries must be at least 1 (got {max_queries})")
+    from dpicl.flows.answer_backlog import answer_backlog
+
+    result = answer_backlog(config=config, db=str(db) if db else None, max_queries=max_queries)
+    console.print(f"answered {result['answered']}, refused {result['refused_budget']} (budget)")
+    print_budget(result["budget"])
+
+
+def synthesize(
+    config: Annotated[str, typer.Argument(help="config (method dp-fewshot or dps-mozo, with a `synthetic` section)")],
+    db: DbOption = None,
+) -> None:
+    """Run the `synthesize_demos` flow: DP synthetic demonstrations as a public dataset, for one ledger charge."""
+    check_config(config)
+    from dpicl.flows.synthesize_demos import synthesize_demos
+
+    result = synthesize_demos(config=config, db=str(db) if db else None)
+    console.print(f"wrote {result['demonstrations']} DP synthetic demonstrations to {result['dataset']!r} for "
+                  f"ε {result['epsilon_cost']:.4f} (ε {result['epsilon_spent']:.4f} spent in all); answer with them "
+                  "for free with a config whose method is synthetic-icl")
+
+
+def releases(backlog: str, db: DbOption = None, as_json: JsonOption = False) -> None:
+    """Show a backlog's stored releases (serving them again is free: post-processing)."""
+    from dpicl.storage.ledger import stored_releases
+
+    check_names((backlog, "backlog name"))
+    con = connect(db, read_only=True)
+    try:
+        rows = stored_releases(con, backlog)
+    finally:
+        con.close()
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table(title=f"releases of {backlog!r}")
+    for column in ("query", "ε cost", "answer"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r["query_id"], f"{r['epsilon_cost']:.4f}", r["answer"])
+    console.print(table)

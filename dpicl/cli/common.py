@@ -1,0 +1,68 @@
+"""What several `dpicl` commands share: the --db and --json options, opening the database, and the checks that
+fail before anything opens (names, configs)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dpicl.cli.errors import fail
+
+DbOption = Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (default: $DPICL_DB or ./dpicl.duckdb)")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def connect(db: Path | None, read_only: bool = False):
+    """The database, or one `error:` line if it cannot be opened (locked, newer schema, missing, not DuckDB)."""
+    import duckdb
+
+    from dpicl.storage import db as storage
+
+    path = db or storage.default_db_path()
+    try:
+        return storage.connect(path, read_only=read_only)
+    except (storage.DatabaseLockedError, storage.SchemaVersionError, FileNotFoundError) as err:
+        fail(str(err))
+    except (duckdb.Error, OSError, ValueError) as err:  # e.g. not a DuckDB file, a directory, a NUL in the path
+        fail(f"cannot open the database {str(path)!r} ({type(err).__name__}); check --db")
+
+
+@contextmanager
+def writing(db: Path | None) -> Iterator:
+    """A read-write connection; if the command fails and it created the database file, the file is removed
+    (a refused first ingest leaves no empty database behind)."""
+    from dpicl.storage.db import default_db_path
+
+    path = Path(db or default_db_path())
+    new = not path.exists()
+    con = connect(path)
+    try:
+        yield con
+    except BaseException:
+        con.close()
+        if new:
+            for leftover in (path, Path(f"{path}.wal")):
+                leftover.unlink(missing_ok=True)
+        raise
+    con.close()
+
+
+def check_config(config: str) -> None:
+    """A config that cannot be read fails (ConfigError: one `error:` line) before a flow (and Prefect) starts."""
+    from dpicl.config import load_config
+
+    load_config(config)
+
+
+def check_names(*names: tuple[str | None, str]) -> None:
+    """One `error:` line for the first unusable dataset or backlog name (dpicl.names), before anything opens."""
+    from dpicl.names import name_problem
+
+    for name, what in names:
+        problem = None if name is None else name_problem(name, what)
+        if problem is not None:
+            fail(problem)

@@ -37,8 +37,8 @@ from dpicl.storage.db import connect
 from dpicl.storage.ingest import ingest_source
 from dpicl.tasks import context
 from dpicl.tasks.aggregate import aggregate_as_planned
-from dpicl.tasks.infer import greedy_params, label_votes
-from dpicl.tasks.run import plan_options
+from dpicl.methods.base import greedy_params
+from dpicl.tasks.infer import label_votes
 
 TASKS = {
     "samsum": (["samsum-esa", "samsum-ksa-jem", "samsum-ksa-ptr"], 5e-5),
@@ -163,8 +163,8 @@ def main() -> None:
         for eps in [*args.epsilons, INF]:
             label = f"{method} ε={'∞ (non-private aggregation)' if eps == INF else f'{eps:g}'}"
             with stage(f"{method}: plan"):
-                plan = None if eps == INF else planning.plan(method, sampling_rate=rate, queries=len(queries),
-                                                             epsilon=eps, delta=delta, **plan_options(cfg))
+                plan = None if eps == INF else planning.plan_with_settings(
+                    cfg, sampling_rate=rate, queries=len(queries), epsilon=eps, delta=delta)
             with stage(f"{method}: aggregate"):
                 results = [nonprivate(cfg, f, rng) if plan is None else aggregate_as_planned(cfg, plan, f, rng)
                            for f in features]

@@ -35,10 +35,9 @@ from dpicl.storage.db import connect
 from dpicl.storage.ingest import ingest_source
 from dpicl.tasks import context
 from dpicl.tasks.aggregate import aggregate_as_planned
-from dpicl.tasks.infer import greedy_params
+from dpicl.methods.base import greedy_params
 from dpicl.tasks.prompt import public_key
-from dpicl.tasks.release import sga_prompt
-from dpicl.tasks.run import plan_options
+from dpicl.methods.sga import selection as sga_prompt
 
 INF = float("inf")
 
@@ -125,8 +124,8 @@ def main() -> None:
         for mcfg in (sga_cfg, ksa_cfg):
             method = mcfg.method.name
             with stage(f"{method}: plan"):
-                plan = None if eps == INF else planning.plan(method, sampling_rate=rate, queries=len(queries),
-                                                             epsilon=eps, delta=delta, **plan_options(mcfg))
+                plan = None if eps == INF else planning.plan_with_settings(
+                    mcfg, sampling_rate=rate, queries=len(queries), epsilon=eps, delta=delta)
             with stage(f"{method}: aggregate"):
                 results = [nonprivate(mcfg, f, rng) if plan is None else aggregate_as_planned(mcfg, plan, f, rng)
                            for f in features]

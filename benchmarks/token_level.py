@@ -158,10 +158,10 @@ def quality(backend, cfgs, private, public, key, refs: dict[str, list[str]], n: 
             with stage(f"dps-mozo ε={eps:g}"):
                 answers = [dps_mozo_answer(backend, zero_shot_prompt(task, q),
                                            lambda i, q=q: render_prompt(task, [demos[i]], q), len(demos),
-                                           shots=m.shots, top_k=m.top_k, beta=p["beta"], alpha=p["alpha"],
+                                           shots=m.shots, top_k=m.top_k, beta=p.beta, alpha=p.alpha,
                                            max_new_tokens=gen.max_new_tokens, stop=gen.stop, rng=rng).text
                            for q in queries]
-            score(f"dps-mozo ε={eps:g}", answers, beta=p["beta"], alpha=p["alpha"])
+            score(f"dps-mozo ε={eps:g}", answers, beta=p.beta, alpha=p.alpha)
         if "adapmixed" in methods:
             m = cfgs["adapmixed"].method
             m = m.model_copy(update={"members": members or m.members})
@@ -173,13 +173,13 @@ def quality(backend, cfgs, private, public, key, refs: dict[str, list[str]], n: 
                     parts = assign_teachers(ids, key, m.members, m.shots, 1.0, rng)
                     prompts = [render_prompt(task, [(by_id[r].input, by_id[r].output) for r in part], q)
                                for part in parts]
-                    d = adapmixed_answer(backend, zero_shot_prompt(task, q), prompts, beta=p["beta"], alpha=m.alpha,
+                    d = adapmixed_answer(backend, zero_shot_prompt(task, q), prompts, beta=p.beta, alpha=m.alpha,
                                          top_k=m.top_k, screen_lambda=m.screen_lambda, screen_sigma=m.screen_sigma,
                                          threshold=m.threshold, max_new_tokens=gen.max_new_tokens, stop=gen.stop,
                                          rng=rng)
                     answers.append(d.text)
                     passed.append(d.info["screens_passed"] / max(1, d.info["steps"]))
-            score(f"adapmixed ε={eps:g}", answers, beta=p["beta"], members=m.members,
+            score(f"adapmixed ε={eps:g}", answers, beta=p.beta, members=m.members,
                   screens_passed=float(np.mean(passed)))
         if "dp-fewshot" in methods:
             m = cfgs["dp-fewshot"].method
@@ -193,13 +193,13 @@ def quality(backend, cfgs, private, public, key, refs: dict[str, list[str]], n: 
                         return [render_prompt(task, [(by_id[r].input, by_id[r].output) for r in s], x)
                                 for s in assign_teachers(ids, key, m.splits, m.shots, q_rate, rng)]
                     text = dp_fewshot_text(backend, zero_shot_prompt(task, x), private_prompts, mechanism=m.mechanism,
-                                           top_k=m.top_k, noise_multiplier=p.get("noise_multiplier"),
-                                           epsilon0=p.get("epsilon0"), max_new_tokens=gen.max_new_tokens,
+                                           top_k=m.top_k, noise_multiplier=p.noise_multiplier,
+                                           epsilon0=p.epsilon0, max_new_tokens=gen.max_new_tokens,
                                            stop=gen.stop, rng=rng).text
                     synthetic.append((x, text))
             with stage(f"dp-fewshot ε={eps:g}: ICL with them"):
                 answers = backend.generate([render_prompt(task, synthetic, q) for q in queries], greedy)
-            score(f"dp-fewshot ε={eps:g}", answers, noise_multiplier=p["noise_multiplier"])
+            score(f"dp-fewshot ε={eps:g}", answers, noise_multiplier=p.noise_multiplier)
     return rows
 
 

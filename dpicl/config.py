@@ -8,18 +8,22 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializeAsAny,
     ValidationError,
     field_validator,
     model_serializer,
     model_validator,
 )
+
+from dpicl import methods
+from dpicl.methods.base import MethodSettings
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -152,183 +156,6 @@ class EmbeddingConfig(_Strict):
     batch_size: int = Field(64, ge=1)
 
 
-class _MethodConfig(_Strict):
-    """What every ensemble method shares: N teachers × s shots drawn per query by Poisson sampling."""
-
-    teachers: int = Field(10, ge=1)
-    shots: int = Field(4, ge=1)
-    # Poisson rate per record and query; default teachers·shots / |private dataset| (the papers' q)
-    sampling_rate: float | None = Field(None, gt=0, le=1)
-    # number of queries the budget is planned to pay for: the per-query noise is calibrated so that
-    # this many releases compose to the budget's (ε, δ)
-    planned_queries: int = Field(100, ge=1)
-
-
-class ESAConfig(_MethodConfig):
-    """ESA (paper 001 §3.2.1): teachers' output embeddings → noisy mean → nearest zero-shot candidate."""
-
-    name: Literal["esa"] = "esa"
-    candidates: int = Field(8, ge=1)
-    candidate_temperature: float = Field(1.0, gt=0)
-    candidate_top_p: float = Field(0.95, gt=0, le=1)
-
-
-class RNMConfig(_MethodConfig):
-    """RNM-Gaussian (paper 001 §3.1): the teachers' label votes → Gaussian noise → argmax."""
-
-    name: Literal["rnm"] = "rnm"
-
-
-class _KeywordMethodConfig(_MethodConfig):
-    """KSA (paper 001 §3.2.2): teachers' outputs → private keywords → the LLM answers with them as hints."""
-
-    # the query prompt with keyword hints; {input} is the query, {keywords} the released keywords, ", "-joined
-    keyword_template: str
-
-    @field_validator("keyword_template")
-    @classmethod
-    def _keyword_fields(cls, v: str) -> str:
-        if "{input}" not in v or "{keywords}" not in v:
-            raise ValueError("keyword_template must contain {input} and {keywords}")
-        return v
-
-
-class KSAJointEMConfig(_KeywordMethodConfig):
-    """KSA with the joint exponential mechanism: k keywords, ranked, from the public domain of the words of
-    the zero-shot prompt."""
-
-    name: Literal["ksa-jem"] = "ksa-jem"
-    k: int = Field(10, ge=1)
-    keyword_template: str = ("Input:\n{input}\nOutput with the following word suggestions ranked by their "
-                             "frequency from high to low: [{keywords}]\nOutput:")
-
-
-class KSAPTRConfig(_KeywordMethodConfig):
-    """KSA-PTR (paper 001 App A.3.2): FindBestK + propose-test-release of the top keyword set (unranked); when
-    the test fails the zero-shot answer is released (still charged)."""
-
-    name: Literal["ksa-ptr"] = "ksa-ptr"
-    k_max: int = Field(30, ge=1)
-    # share of δ reserved for the PTR failures of all planned queries (δ0 = share·δ/(q·T))
-    delta0_fraction: float = Field(0.5, gt=0, lt=1)
-    # per-query FindBestK ε; default: calibrated so that the FindBestK part alone would use half the budget
-    em_epsilon: float | None = Field(None, gt=0)
-    keyword_template: str = "Input:\n{input}\nOutput with the following word suggestions: [{keywords}]\nOutput:"
-
-
-class SGAConfig(_MethodConfig):
-    """SGA (paper 004): DPM private clustering of the private and public teachers' output embeddings; the public
-    outputs nearest the k largest (noisy) cluster centres are the candidates, and the LLM picks one with a public
-    one-shot example (`select: llm`), or the first candidate is released as is (`select: top1`)."""
-
-    name: Literal["sga"] = "sga"
-    # depth of the DPM tree: at most 2**levels clusters (004 used 4–7 with 200 points)
-    levels: int = Field(3, ge=1, le=12)
-    k: int = Field(3, ge=1)
-    select: Literal["llm", "top1"] = "llm"
-    # per-query ε of the split choices and of the noisy counts (summed over the levels); default: calibrated so
-    # that each alone would use a fixed share of the budget (dpicl.privacy.mechanisms.sga)
-    em_epsilon: float | None = Field(None, gt=0)
-    count_epsilon: float | None = Field(None, gt=0)
-    # {example}: one public demonstration; {input}: the query; {candidates}: the public candidates, ",\n"-joined
-    selection_template: str = ("{example}\n\nInput:\n{input}\nPick the most accurate output for the input with the "
-                               "following suggestions: [{candidates}]\nOutput:")
-
-    @field_validator("selection_template")
-    @classmethod
-    def _selection_fields(cls, v: str) -> str:
-        if "{input}" not in v or "{candidates}" not in v:
-            raise ValueError("selection_template must contain {input} and {candidates}")
-        return v
-
-
-class KSAPublicConfig(_KeywordMethodConfig):
-    """KSA with public data (paper 004's baseline): the joint EM over a keyword domain taken from public text only
-    (the public teachers' outputs and the query), answered with a public one-shot example ({example})."""
-
-    name: Literal["ksa-public"] = "ksa-public"
-    k: int = Field(10, ge=1)
-    keyword_template: str = ("{example}\n\nInput:\n{input}\nOutput with the following word suggestions ranked by "
-                             "their frequency from high to low: [{keywords}]\nOutput:")
-
-
-class _TokenMethodConfig(_Strict):
-    """Token-level private decoding (docs/ARCHITECTURE.md): one mechanism per generated token, at most
-    `generation.max_new_tokens` tokens per answer; the per-answer cost is reserved before decoding starts."""
-
-    # the public vocabulary K: the top-k tokens of the public (zero-shot) distribution
-    top_k: int = Field(100, ge=1)
-    planned_queries: int = Field(100, ge=1)
-
-
-class DPSMozoConfig(_TokenMethodConfig):
-    """DPS-MOZO (paper 000): per token, `shots` one-shot prompts with demonstrations drawn without replacement,
-    each mixed in logit space with the zero-shot prompt inside a Rényi ball at order 2α; the next token is sampled
-    from their normalised product. β (a token costs 4βα at order α) from the budget (`alpha`: the Rényi order,
-    default chosen as in 000) unless given. For replacement neighbours. Proven for `shots: 1` only (the default;
-    the paper used 4): more shots rest on the paper's unproven claim and are refused unless
-    `accept_unproven_guarantee: true`, whose ledger entries are labelled so (docs/PRIVACY.md)."""
-
-    name: Literal["dps-mozo"] = "dps-mozo"
-    shots: int = Field(1, ge=1)
-    alpha: int | None = Field(None, ge=2)
-    beta: float | None = Field(None, gt=0)
-    # shots > 1: spend the budget on paper 000's unproven (α, 4βα) claim for the product of several mixtures
-    accept_unproven_guarantee: bool = False
-    # DPS-MOZO+Off (`synthesize_demos`): demonstrations to write, the outputs of as many public inputs
-    demos: int = Field(4, ge=1)
-
-
-class AdaPMixEDConfig(_TokenMethodConfig):
-    """AdaPMixED (paper 003) for ICL: `members` prompts over disjoint parts of the private data (a record's part
-    is a keyed hash of it), each with `shots` demonstrations; the zero-shot prompt is the public member. Per
-    token a noisy screen decides between the public distribution and the PMixED mixture (each member mixed with
-    the public one inside a Rényi ball of radius β·α). Defaults from 003 Table 4 except `members` (CPU-sized)."""
-
-    name: Literal["adapmixed"] = "adapmixed"
-    members: int = Field(20, ge=1)
-    shots: int = Field(1, ge=1)
-    alpha: int = Field(18, ge=2)
-    beta: float | None = Field(None, gt=0)
-    top_k: int = Field(60, ge=1)
-    screen_lambda: float = Field(1e-4, gt=0, le=1)
-    screen_sigma: float = Field(1e-2, gt=0)
-    threshold: float = Field(4.5, gt=0)
-
-
-class DPFewShotConfig(_TokenMethodConfig):
-    """DP few-shot generation (paper 002), for the `synthesize_demos` flow: `demos` synthetic demonstrations
-    (per label for classification), each token from a fresh Poisson sample of the private data split into
-    `splits` groups of ≤ `shots` demonstrations, the mean of their next-token distributions over the public
-    top-k with Gaussian noise (PRV-calibrated over all tokens) or exponential noise (report-noisy-max)."""
-
-    name: Literal["dp-fewshot"] = "dp-fewshot"
-    splits: int = Field(10, ge=1)
-    shots: int = Field(2, ge=1)
-    mechanism: Literal["gaussian", "exponential"] = "gaussian"
-    demos: int = Field(4, ge=1)
-    sampling_rate: float | None = Field(None, gt=0, le=1)
-
-
-class SyntheticICLConfig(_Strict):
-    """Plain in-context learning with `shots` demonstrations from a public dataset — typically DP synthetic
-    demonstrations written by `synthesize_demos`. Post-processing of earlier DP releases: answers cost nothing."""
-
-    name: Literal["synthetic-icl"] = "synthetic-icl"
-    demos_dataset: str
-    shots: int = Field(4, ge=1)
-
-
-# methods that also run a public ensemble (teacher prompts from `public_dataset`)
-PUBLIC_METHODS = ("sga", "ksa-public")
-# methods that decode token by token (answer_backlog decodes; dp-fewshot only synthesizes demonstrations)
-TOKEN_METHODS = ("dps-mozo", "adapmixed", "dp-fewshot")
-
-MethodConfig = Annotated[ESAConfig | RNMConfig | KSAJointEMConfig | KSAPTRConfig | SGAConfig | KSAPublicConfig
-                         | DPSMozoConfig | AdaPMixEDConfig | DPFewShotConfig | SyntheticICLConfig,
-                         Field(discriminator="name")]
-
-
 class Fields(_Strict):
     """Which column of the file holds each field (DuckDB reads JSON, JSONL, CSV and Parquet)."""
 
@@ -411,7 +238,8 @@ class Config(_Strict):
     model: ModelConfig = ModelConfig()
     generation: GenerationConfig = GenerationConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
-    method: MethodConfig = ESAConfig()
+    # the method and its settings (dpicl/methods/: each method validates its own section)
+    method: SerializeAsAny[MethodSettings] = Field(default_factory=lambda: methods.get("esa").Settings())
     # queries handled per stage batch: one backend call covers all prompts of this many queries
     batch_queries: int = Field(8, ge=1)
     # synthesize_demos: where the DP synthetic demonstrations go (a new public dataset) and, for open-form
@@ -433,24 +261,21 @@ class Config(_Strict):
             raw = {k: v for k, v in raw.items() if k != "seed"}
         return raw
 
+    @field_validator("method", mode="before")
+    @classmethod
+    def _method_settings(cls, raw):
+        """The section is validated by the settings model of the method it names (the registry's)."""
+        if isinstance(raw, MethodSettings):
+            return raw
+        if not isinstance(raw, dict):
+            raise ValueError("method must be a mapping with a name (e.g. method: {name: esa})")
+        if "name" not in raw:
+            raise ValueError(f"method needs a name; one of: {', '.join(methods.names())}")
+        return methods.get(raw["name"]).Settings.model_validate(raw)
+
     @model_validator(mode="after")
-    def _method_fits_task(self) -> Config:
-        classifying = self.task.type == "classification"
-        if self.method.name in ("dp-fewshot", "synthetic-icl"):
-            pass  # synthetic demonstrations serve text and classification tasks alike
-        elif classifying != (self.method.name == "rnm"):
-            raise ValueError(f"method {self.method.name!r} does not answer {self.task.type} tasks "
-                             "(rnm answers classification tasks; the other methods answer text tasks)")
-        if self.method.name in PUBLIC_METHODS and not self.public_dataset:
-            raise ValueError(f"method {self.method.name!r} needs a public dataset: set public_dataset to the name "
-                             "of a dataset ingested with kind public")
-        if self.method.name == "dp-fewshot" and self.synthetic is None:
-            raise ValueError("method 'dp-fewshot' writes synthetic demonstrations: set synthetic.name to the name of "
-                             "the public dataset to create")
-        if self.method.name in ("dp-fewshot", "dps-mozo") and self.synthetic is not None and not classifying \
-                and not self.public_dataset:
-            raise ValueError("synthesizing demonstrations for an open-form task needs public inputs: set "
-                             "public_dataset")
+    def _method_fits_config(self) -> Config:
+        methods.get(self.method.name).check_config(self)
         return self
 
     def digest(self) -> str:

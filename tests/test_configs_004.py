@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dpicl.config import PUBLIC_METHODS, load_config
+from dpicl import methods
+from dpicl.config import load_config
 
 CONFIGS = ("samsum-sga", "samsum-ksa-public", "chatdoctor-sga", "chatdoctor-ksa-public")
 
@@ -16,7 +17,7 @@ CONFIGS = ("samsum-sga", "samsum-ksa-public", "chatdoctor-sga", "chatdoctor-ksa-
 @pytest.mark.parametrize("name", CONFIGS)
 def test_config_loads(name):
     cfg = load_config(name)
-    assert cfg.method.name in PUBLIC_METHODS and cfg.public_dataset
+    assert methods.get(cfg.method.name).needs_public and cfg.public_dataset
     kinds = {s.name: s.kind for s in cfg.data}
     assert kinds[cfg.private_dataset] == "private" and kinds[cfg.public_dataset] == "public"
     assert kinds[cfg.backlog] == "queries"

@@ -66,7 +66,6 @@ scores, AUROCs, counts and mechanism parameters only; exceptions name counts, ne
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
 import numbers
@@ -241,15 +240,9 @@ def to_results(attack: str, scores: Sequence[AttackScores], *, bootstrap: int = 
 
 # ---------------------------------------------------------------------------------------------------- planning
 
-def cached_plan(method: str, sampling_rate: float, queries: int, epsilon: float, delta: float,
-                options: tuple = ()) -> dict:
-    """``dpicl.planning.plan`` (a fresh copy), computed once per arguments: a calibration can take a minute."""
-    return copy.deepcopy(_cached_plan(method, sampling_rate, queries, epsilon, delta, options))
-
-
-@functools.lru_cache(maxsize=64)
-def _cached_plan(method: str, sampling_rate: float, queries: int, epsilon: float, delta: float,
-                 options: tuple) -> dict:
+@functools.lru_cache(maxsize=64)  # plans are frozen: the cached one is shared
+def cached_plan(method: str, sampling_rate: float, queries: int, epsilon: float, delta: float, options: tuple = ()):
+    """``dpicl.planning.plan``, computed once per arguments: a calibration can take a minute."""
     from dpicl import planning
 
     return planning.plan(method, sampling_rate=sampling_rate, queries=queries, epsilon=epsilon, delta=delta,
@@ -263,12 +256,11 @@ def planned_setting(method: str, epsilon: float, delta: float, *, sampling_rate:
     its ``DPSetting``: the plan's numbers, and as ``epsilon_experiment`` the accountant's ε of ``forced_queries``
     invocations of the same mechanism at sampling rate 1 (the target forced into each of them; ``forced``
     overrides other entries of the plan for that event, e.g. dp-fewshot's tokens of one demonstration)."""
-    from dpicl import planning
     from dpicl.privacy.accounting import total_epsilon
 
     plan = cached_plan(method, sampling_rate, queries, epsilon, delta, tuple(sorted(options.items())))
-    event = planning.METHODS[method].event({**plan, "sampling_rate": 1.0, **(forced or {})})
-    params = {k: float(v) for k, v in plan.items() if _number(v) and not isinstance(v, bool)}
+    event = plan.event(sampling_rate=1.0, **(forced or {}))
+    params = {k: float(v) for k, v in plan.numbers().items() if _number(v) and not isinstance(v, bool)}
     return plan, DPSetting(epsilon, params, total_epsilon([event] * forced_queries, delta), delta)
 
 
@@ -280,7 +272,7 @@ def plan_probability_settings(epsilons: Sequence[float], delta: float, *, n_reco
     has no subsampling, so its planned ε already holds (the target is one member throughout)."""
     from dpicl import planning
     from dpicl.privacy.accounting import total_epsilon
-    from dpicl.privacy.accounting.events import DPSMozoEvent, FixedOrderRDPEvent
+    from dpicl.privacy.accounting.events import DPSMozoEvent
 
     out: dict[str, list[DPSetting]] = {"dps-mozo": [], "adapmixed": []}
     for eps in epsilons:
@@ -288,15 +280,14 @@ def plan_probability_settings(epsilons: Sequence[float], delta: float, *, n_reco
                           delta=delta, dataset_size=n_records, max_new_tokens=max_new_tokens, shots=mozo_shots,
                           # an attack measures the mechanism as configured, proven or not; it charges no budget
                           accept_unproven_guarantee=mozo_shots > 1)
-        forced = [DPSMozoEvent(float(p["beta"]), int(p["alpha"]), 1.0, max_new_tokens)] * queries
-        out["dps-mozo"].append(DPSetting(eps, {"beta": float(p["beta"]), "alpha": int(p["alpha"]),
-                                               "top_k": mozo_top_k, "shots": mozo_shots,
-                                               "sampling_rate": float(p["sampling_rate"])},
+        forced = [DPSMozoEvent(p.beta, p.alpha, 1.0, max_new_tokens)] * queries
+        out["dps-mozo"].append(DPSetting(eps, {"beta": p.beta, "alpha": p.alpha, "top_k": mozo_top_k,
+                                               "shots": mozo_shots, "sampling_rate": p.sampling_rate},
                                          total_epsilon(forced, delta), delta))
         p = planning.plan("adapmixed", sampling_rate=1.0, queries=queries, epsilon=eps, delta=delta,
                           max_new_tokens=max_new_tokens, members=ada_members, alpha=ada_alpha)
-        events = [FixedOrderRDPEvent(int(p["alpha"]), float(p["rdp_per_query"]), "adapmixed")] * queries
-        out["adapmixed"].append(DPSetting(eps, {"beta": float(p["beta"]), "alpha": int(p["alpha"]),
+        events = [p.event()] * queries
+        out["adapmixed"].append(DPSetting(eps, {"beta": p.beta, "alpha": p.alpha,
                                                 "members": ada_members}, total_epsilon(events, delta), delta))
     return out
 
@@ -404,8 +395,8 @@ def repeat_attack_scores(backend, encoder, configs: Sequence[Config], records: S
     ``dpicl.planning`` for as many queries as trials at the pipeline's sampling rate. ``fewshot`` (a dp-fewshot
     config) adds DP few-shot generation → synthetic ICL. ``rng`` draws the mechanisms' noise (pass
     ``make_rng()`` outside tests and benchmarks)."""
+    from dpicl import planning
     from dpicl.evaluation import sweep
-    from dpicl.tasks.run import plan_options
 
     if not trials:
         raise ValueError("no trials")
@@ -440,7 +431,7 @@ def repeat_attack_scores(backend, encoder, configs: Sequence[Config], records: S
         for eps in (sweep.INF, *epsilons):
             with _timed(timings, "planning"):
                 plan, setting = (None, None) if eps == sweep.INF else planned_setting(
-                    method, eps, ens.delta, sampling_rate=ens.sampling_rate, queries=len(trials), **plan_options(cfg))
+                    method, eps, ens.delta, sampling_rate=ens.sampling_rate, queries=len(trials), **planning.options_of(cfg))
             with _timed(timings, f"{method} (mechanism, LLM)"):
                 answers, passed = sweep.method_answers(cfg, ens, eps, backend, rng, plan=plan)
             details = base if passed is None else {**base, "ptr_pass_rate": passed}
@@ -480,8 +471,8 @@ def _synthetic_icl_rows(backend, cfg: Config, records: Sequence[Record], trials:
         for t, q in zip(trials, queries):
             prompts = [render_prompt(task, [records[j] for j in g], q) for g in t.teachers]
             demos.append(dp_fewshot_text(backend, zero_shot_prompt(task, q), lambda: prompts, mechanism=m.mechanism,
-                                         top_k=m.top_k, noise_multiplier=plan.get("noise_multiplier"),
-                                         epsilon0=plan.get("epsilon0"), max_new_tokens=gen.max_new_tokens,
+                                         top_k=m.top_k, noise_multiplier=plan.noise_multiplier,
+                                         epsilon0=plan.epsilon0, max_new_tokens=gen.max_new_tokens,
                                          stop=gen.stop, rng=rng, fixed_private=True).text)
             clear = getattr(backend, "clear_token_cache", None)
             if callable(clear):

@@ -31,11 +31,12 @@ from dpicl.prompts import keyword_prompt, public_ensemble, render_prompt, zero_s
 from dpicl.storage import get_dataset, load_records
 from dpicl.storage.db import connect
 from dpicl.storage.ingest import ingest_source
-from dpicl.tasks.aggregate import aggregate_as_planned, public_domain
-from dpicl.tasks.infer import greedy_params, label_votes
+from dpicl.methods.base import greedy_params
+from dpicl.methods.ksa_public import public_domain
+from dpicl.methods.sga import selection as sga_prompt
+from dpicl.tasks.aggregate import aggregate_as_planned
+from dpicl.tasks.infer import label_votes
 from dpicl.tasks.prompt import public_key
-from dpicl.tasks.release import sga_prompt
-from dpicl.tasks.run import plan_options
 
 INF = math.inf
 SWEEP_METHODS = ("esa", "rnm", "ksa-jem", "ksa-ptr", "sga", "ksa-public")
@@ -253,8 +254,8 @@ def method_answers(cfg: Config, ens: Ensemble, epsilon: float, backend, rng: np.
     row; SGA also gives its top-1 candidate), and the share of passed PTR tests where that applies. `plan`: the
     method's plan for ε when the caller already made it (calibration can take a minute)."""
     if plan is None and epsilon != INF:
-        plan = planning.plan(cfg.method.name, sampling_rate=ens.sampling_rate, queries=len(ens.queries),
-                             epsilon=epsilon, delta=ens.delta, **plan_options(cfg))
+        plan = planning.plan_with_settings(cfg, sampling_rate=ens.sampling_rate, queries=len(ens.queries),
+                                           epsilon=epsilon, delta=ens.delta)
     results = [nonprivate(cfg, f, rng) if plan is None else aggregate_as_planned(cfg, plan, f, rng)
                for f in ens.features]
     passed = (sum(r["keywords"] is not None for r in results) / len(results)

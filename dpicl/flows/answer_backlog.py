@@ -1,8 +1,9 @@
-"""Flow `answer_backlog`: drain a query backlog with a DP in-context-learning method (esa, rnm, ksa-jem,
-ksa-ptr, sga, ksa-public, dps-mozo, adapmixed, synthetic-icl; the config's `method`).
+"""Flow `answer_backlog`: drain a query backlog with a DP in-context-learning method (the config's `method`; any
+registered method that answers queries, `dpicl methods`).
 
-Reads like the pipeline of docs/ARCHITECTURE.md: sample → prompt → infer → [embed: esa, sga] → aggregate (pay, then draw)
-→ release; the token-level methods pay, then decode, query by query.
+Reads like the pipeline of docs/ARCHITECTURE.md: for an ensemble method sample → prompt → infer → [embed, when it
+embeds public texts] → aggregate (pay, then draw) → release; a token-level method pays, then decodes, query by
+query; a public-data method answers for free.
 Tasks pass artifact keys; private text stays in DuckDB. Everything that touches the database runs under the
 database's single-writer concurrency limit (`dpicl.flows.locking`), pending queries included, so two runs on one
 database never answer (or pay for) a query twice. A progress artifact shows the share of the run's pending
@@ -16,6 +17,7 @@ import re
 from prefect import flow
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
+from dpicl import methods
 from dpicl.config import resolve_config_path
 from dpicl.flows.locking import database_writer
 from dpicl.storage import pending_queries
@@ -38,8 +40,8 @@ def answer_backlog(config: str = "demo", db: str | None = None, max_queries: int
     config_path = str(resolve_config_path(config))
     db_path = str(db or default_db_path())
     cfg = context.config(config_path)
-    if cfg.method.name == "dp-fewshot":
-        raise ValueError("method dp-fewshot does not answer queries: it writes DP synthetic demonstrations "
+    if methods.get(cfg.method.name).kind == "synthesis":
+        raise ValueError(f"method {cfg.method.name} does not answer queries: it writes DP synthetic demonstrations "
                          "(`dpicl synthesize CONFIG`); answer with them by a config whose method is synthetic-icl")
     with database_writer(db_path):
         return _drain(config_path, db_path, max_queries)
@@ -57,7 +59,7 @@ def _progress_key(backlog: str) -> str:
 def _drain(config_path: str, db_path: str, max_queries: int | None) -> dict:
     # the file is read once more, by open-run, which stores the config and plan every later task reads
     run = open_run(config_path, db_path)
-    run_id, method = run["run_id"], run["method"]
+    run_id, method = run["run_id"], methods.get(run["method"])
     with context.database(db_path) as con:
         pending = pending_queries(con, run["backlog"], limit=max_queries)
     progress = create_progress_artifact(
@@ -66,15 +68,15 @@ def _drain(config_path: str, db_path: str, max_queries: int | None) -> dict:
     released: list[dict] = []
     for start in range(0, len(pending), run["batch_queries"]):
         batch = pending[start:start + run["batch_queries"]]
-        if method in ("dps-mozo", "adapmixed"):  # token level: pay, then decode, per query
+        if method.kind == "token":  # pay, then decode, per query
             released += decode(db_path, run_id, batch)
-        elif method == "synthetic-icl":  # public demonstrations only: free
+        elif method.kind == "public":  # public demonstrations only: free
             released += icl(db_path, run_id, batch)
         else:
             samples = sample(db_path, run_id, batch)
             prompts = prompt(db_path, run_id, samples)
             features = infer(db_path, run_id, prompts)
-            if method in ("esa", "sga"):
+            if method.public_texts is not None:
                 features = embed(db_path, run_id, features)
             aggregates = aggregate(db_path, run_id, features)
             released += release(db_path, run_id, aggregates, features)

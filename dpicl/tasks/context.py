@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import duckdb
 
+from dpicl import methods
 from dpicl.config import Config, load_config
+from dpicl.methods.base import Method, Plan
 from dpicl.storage import ledger, recovery
 from dpicl.storage.db import DatabaseLockedError, connect
 from dpicl.storage.runs import get_run, stored_plan
@@ -35,8 +37,12 @@ class Run:
 
     run_id: str
     cfg: Config
-    plan: dict
+    plan: Plan
     event_json: str
+
+    @property
+    def method(self) -> Method:
+        return methods.get(self.cfg.method.name)
 
 
 _RUNS: dict[str, Run] = {}
@@ -48,8 +54,9 @@ def run(con: duckdb.DuckDBPyConnection, run_id: str) -> Run:
         stored = get_run(con, run_id)
         if stored is None:
             raise LookupError(f"no run with id {run_id!r} in this database")
-        plan, event_json = stored_plan(con, run_id)
-        _RUNS[run_id] = Run(run_id, Config.model_validate(stored["config"]), plan, event_json)
+        numbers, event_json = stored_plan(con, run_id)
+        cfg = Config.model_validate(stored["config"])
+        _RUNS[run_id] = Run(run_id, cfg, methods.get(cfg.method.name).Plan.restore(numbers), event_json)
     return _RUNS[run_id]
 
 

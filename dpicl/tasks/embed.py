@@ -1,5 +1,6 @@
 """Stage 4 — embed: unit-norm sentence embeddings of teacher outputs (private) and of public texts (cached by
-content key): ESA's zero-shot candidates, or SGA's public ensemble outputs."""
+content key): the public texts the method names (`public_texts`: ESA's zero-shot candidates, SGA's public ensemble
+outputs)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,14 @@ from dpicl.storage.artifacts import artifact_key, get_artifacts, has_artifact, p
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
 
-# method -> the public texts it embeds beside the teacher outputs: (source key, embeddings key, texts key, stage)
-PUBLIC_TEXTS = {"esa": ("candidates", "candidates", "candidate_texts", "candidate_embeddings"),
-                "sga": ("public_outputs", "public", "public_texts", "public_embeddings")}
-
 
 @task(name="embed", **STAGE)
 def embed(db_path: str, run_id: str, outputs: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     """Returns {query id: {"teachers": key, <public embeddings>: key, <public texts>: key, …the input keys}}."""
-    cfg = context.run_at(db_path, run_id).cfg  # the run's stored config, not the file (privacy invariant 9)
+    run = context.run_at(db_path, run_id)  # the run's stored config, not the file (privacy invariant 9)
+    cfg, public = run.cfg, run.method.public_texts
     params = cfg.embedding.model_dump()
-    source, name, texts_name, stage = PUBLIC_TEXTS[cfg.method.name]
+    source, name, texts_name, stage = public.source, public.embeddings, public.texts, public.stage
     with context.database(db_path) as con:
         texts = get_artifacts(con, [o[k] for o in outputs.values() for k in ("teacher_outputs", source)])
         keys = {

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from prefect import get_run_logger, task
 
-from dpicl.privacy.accounting.events import PublicDataEvent
+from dpicl.methods.base import greedy_params
 from dpicl.privacy.accounting.guard import require_paid
 from dpicl.prompts import public_teacher_groups, render_prompt
 from dpicl.storage import get_dataset, get_queries, load_records
 from dpicl.storage.ledger import record_release
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
-from dpicl.tasks.infer import greedy_params
 
 
 @task(name="icl", **STAGE)
@@ -23,7 +22,7 @@ def icl(db_path: str, run_id: str, query_ids: list[str]) -> list[dict]:
     with context.database(db_path) as con:
         run = context.run(con, run_id)
         cfg, m, event_json = run.cfg, run.cfg.method, run.event_json
-        require_paid(event_json, PublicDataEvent(m.name), what="these answers")  # no private data is read: free
+        require_paid(event_json, run.plan.event(), what="these answers")  # no private data is read: free
         dataset = get_dataset(con, m.demos_dataset)
         if dataset["kind"] != "public":
             raise ValueError(f"demos_dataset {m.demos_dataset!r} was ingested as {dataset['kind']!r}; synthetic-icl "

@@ -1,8 +1,9 @@
 """Stage 3 — infer: every teacher prompt of a batch of queries in one backend call.
 
-Text methods (esa, ksa-*) generate greedily; classification (rnm) scores the label tokens after each prompt and
-each teacher votes for its most likely label. ESA also samples public zero-shot candidates, and sga / ksa-public
-run the public ensemble; both are public and cached by content key across runs.
+Text tasks generate greedily; classification scores the label tokens after each prompt and each teacher votes for
+its most likely label. A method that `samples_candidates` (ESA) also samples public zero-shot candidates, and one
+that `needs_public` (sga, ksa-public) runs the public ensemble; both are public and cached by content key across
+runs.
 """
 
 from __future__ import annotations
@@ -12,17 +13,17 @@ from dataclasses import asdict
 import numpy as np
 from prefect import get_run_logger, task
 
-from dpicl.config import PUBLIC_METHODS, Config
-from dpicl.inference.base import GenerationParams, require
-from dpicl.storage.artifacts import artifact_key, get_artifacts, has_artifact, put_artifact
+from dpicl.config import Config
+from dpicl.inference.base import require
+from dpicl.methods.base import greedy_params
+from dpicl.storage.artifacts import (
+    artifact_key,
+    get_artifacts,
+    has_artifact,
+    put_artifact,
+)
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
-
-
-def greedy_params(cfg: Config) -> GenerationParams:
-    gen = cfg.generation
-    return GenerationParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p,
-                            stop=tuple(gen.stop))
 
 
 def label_votes(backend, prompts: list[str], cfg: Config) -> list[int]:
@@ -39,7 +40,8 @@ def label_votes(backend, prompts: list[str], cfg: Config) -> list[int]:
 def infer(db_path: str, run_id: str, prompts: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     """Returns {query id: {"teacher_outputs" | "teacher_votes": key, ["candidates": key], "zero_shot": key,
     ["public_outputs": key, "public_example": key]}}."""
-    cfg = context.run_at(db_path, run_id).cfg  # the run's stored config, not the file (privacy invariant 9)
+    run = context.run_at(db_path, run_id)  # the run's stored config, not the file (privacy invariant 9)
+    cfg, method = run.cfg, run.method
     classify = cfg.task.type == "classification"
     stage = "teacher_votes" if classify else "teacher_outputs"
     params = {"model": cfg.model.model_dump(),
@@ -59,9 +61,9 @@ def infer(db_path: str, run_id: str, prompts: dict[str, dict[str, str]]) -> dict
             keys[query_id] = {stage: key, "zero_shot": p["zero_shot"]}
             start += n
         cached = None
-        if cfg.method.name == "esa":
-            cached = _sample_candidates(con, cfg, run_id, prompts, keys)
-        elif cfg.method.name in PUBLIC_METHODS:
+        if method.samples_candidates:
+            cached = _sample_candidates(con, cfg, method, run_id, prompts, keys)
+        elif method.needs_public:
             cached = _public_outputs(con, cfg, run_id, prompts, keys)
     get_run_logger().info("%d teacher %s for %d queries%s", len(flat), "votes" if classify else "outputs",
                           len(prompts), "" if cached is None else f"; public outputs cached for {cached}")
@@ -88,19 +90,21 @@ def _public_outputs(con, cfg: Config, run_id: str, prompts: dict[str, dict[str, 
     return len(prompts) - len(todo)
 
 
-def _sample_candidates(con, cfg: Config, run_id: str, prompts: dict[str, dict[str, str]],
+def candidates_key(cfg: Config, method, zero_shot_key: str) -> str:
+    """The content key of a query's public zero-shot candidates (the same in every run: cached)."""
+    params, n = method.candidate_params(cfg)
+    return artifact_key("candidates", [zero_shot_key], {"model": cfg.model.model_dump(), "params": asdict(params),
+                                                        "n": n})
+
+
+def _sample_candidates(con, cfg: Config, method, run_id: str, prompts: dict[str, dict[str, str]],
                        keys: dict[str, dict[str, str]]) -> int:
-    """ESA's public candidates: `candidates` sampled zero-shot answers per query (no private data)."""
-    method = cfg.method
-    params = GenerationParams(max_new_tokens=cfg.generation.max_new_tokens, temperature=method.candidate_temperature,
-                              top_p=method.candidate_top_p, stop=tuple(cfg.generation.stop))
+    """Public candidates (ESA's): sampled zero-shot answers per query (no private data)."""
+    params, c = method.candidate_params(cfg)
     for query_id, p in prompts.items():
-        keys[query_id]["candidates"] = artifact_key(
-            "candidates", [p["zero_shot"]], {"model": cfg.model.model_dump(), "params": asdict(params),
-                                             "n": method.candidates})
+        keys[query_id]["candidates"] = candidates_key(cfg, method, p["zero_shot"])
     todo = [q for q in prompts if not has_artifact(con, keys[q]["candidates"])]
     zero_shot = get_artifacts(con, [prompts[q]["zero_shot"] for q in todo])
-    c = method.candidates
     flat = [zero_shot[prompts[q]["zero_shot"]] for q in todo for _ in range(c)]
     sampled = context.backend(cfg).generate(flat, params, progress=True) if flat else []
     for i, query_id in enumerate(todo):

@@ -1,6 +1,6 @@
-"""Stage 2 — prompt: each teacher's prompt (its own demonstrations + the query) and the public
-zero-shot prompt of each query; for sga and ksa-public also the public ensemble's prompts (demonstrations from
-the public dataset) and a public one-shot example (the last demonstration of the first public teacher)."""
+"""Stage 2 — prompt: each teacher's prompt (its own demonstrations + the query) and the public zero-shot prompt of
+each query; for a method that needs public data (sga, ksa-public) also the public ensemble's prompts (demonstrations
+from the public dataset) and a public one-shot example (the last demonstration of the first public teacher)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import hashlib
 
 from prefect import get_run_logger, task
 
-from dpicl.config import PUBLIC_METHODS, Config
+from dpicl.config import Config
 from dpicl.prompts import public_ensemble, render_prompt, zero_shot_prompt
 from dpicl.storage import get_dataset, get_queries, load_records
 from dpicl.storage.artifacts import artifact_key, get_artifacts, put_artifact
@@ -20,7 +20,8 @@ from dpicl.tasks.common import STAGE
 @task(name="prompt", **STAGE)
 def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict[str, str]]:
     """Returns {query id: {"teachers": key, "zero_shot": key, ["public_prompts": key, "public_example": key]}}."""
-    cfg = context.run_at(db_path, run_id).cfg  # the run's stored config, not the file (privacy invariant 9)
+    run = context.run_at(db_path, run_id)  # the run's stored config, not the file (privacy invariant 9)
+    cfg = run.cfg
     task_cfg = cfg.task.model_dump()
     with context.database(db_path) as con:
         records = {r.record_id: r for r in load_records(con, cfg.private_dataset)}
@@ -46,7 +47,7 @@ def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict
                 "zero_shot_prompt", cfg.backlog, query_id, public, private=False, run_id=run_id,
             )
             keys[query_id] = {"teachers": teachers, "zero_shot": zero_shot}
-            if cfg.method.name in PUBLIC_METHODS:
+            if run.method.needs_public:
                 keys[query_id].update(_public_ensemble(con, cfg, run_id, query_id, query, public_records()))
     get_run_logger().info("built prompts for %d queries", len(keys))
     return keys

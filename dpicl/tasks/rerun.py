@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
 from typing import Any
 
 import duckdb
@@ -37,11 +36,11 @@ import yaml
 from prefect import get_run_logger, task
 from pydantic import ValidationError
 
-from dpicl.config import TOKEN_METHODS, Config, ConfigError, load_config
-from dpicl.inference.base import GenerationParams
+from dpicl import methods
+from dpicl.config import Config, ConfigError, load_config
 from dpicl.privacy.accounting import ledger_epsilon
 from dpicl.privacy.accounting.events import PublicDataEvent, event_from_json
-from dpicl.privacy.sampling import default_sampling_rate
+from dpicl.methods.base import Facts
 from dpicl.prompts import zero_shot_prompt
 from dpicl.storage import get_dataset, get_queries
 from dpicl.storage.artifacts import artifact_key
@@ -61,23 +60,16 @@ from dpicl.storage.runs import (
     recent_run_ids,
     run_source,
     store_plan,
+    stored_plan,
 )
 from dpicl.tasks import context
 from dpicl.privacy.accounting.guard import PrivacyGuardError
-from dpicl.tasks.aggregate import AGGREGATORS, unamplified
+from dpicl.tasks.aggregate import unamplified
 from dpicl.tasks.common import STAGE
-from dpicl.tasks.run import per_query_plan, plan_numbers
+from dpicl.tasks.infer import candidates_key
+from dpicl.tasks.run import per_query_plan
 
 STAGES = ("aggregate", "release")
-# what each method's release stage reads besides the DP aggregate (all public)
-RELEASE_NEEDS = {"esa": ("candidates", "candidate_texts"), "rnm": (), "ksa-jem": ("zero_shot",),
-                 "ksa-ptr": ("zero_shot",), "ksa-public": ("zero_shot", "public_example"),
-                 "sga": ("public", "public_texts", "public_example")}
-# method settings read by the release stage only (changing them is post-processing); every other method setting
-# shapes the DP aggregate, so `--from release` refuses to change it
-RELEASE_ONLY = {"esa": {"candidates", "candidate_temperature", "candidate_top_p"}, "rnm": set(),
-                "ksa-jem": {"keyword_template"}, "ksa-ptr": {"keyword_template"}, "ksa-public": {"keyword_template"},
-                "sga": {"k", "select", "selection_template"}}
 # method settings every ensemble method shares; they shaped the stored subsamples, so a method switch keeps them
 SAMPLING_FIELDS = ("teachers", "shots", "sampling_rate")
 # the artifact stage behind each stage key (for messages)
@@ -111,16 +103,17 @@ def _set_path(tree: dict, dotted: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
-def _method_fields(name: str) -> set[str]:
-    """The settings the config section of method `name` accepts (empty for an unknown method)."""
-    from typing import get_args
+def _ensemble(name: str):
+    """The registered ensemble method `name` (it stores teacher outputs to re-run from), else None."""
+    try:
+        method = methods.get(name)
+    except ValueError:
+        return None
+    return method if method.kind == "ensemble" else None
 
-    union = get_args(Config.model_fields["method"].annotation)
-    classes = get_args(union[0]) if union and get_args(union[0]) else union
-    for cls in classes:
-        if getattr(cls, "model_fields", None) and cls.model_fields["name"].default == name:
-            return set(cls.model_fields)
-    return set()
+
+def _ensemble_names() -> str:
+    return ", ".join(m.name for m in methods.all_methods() if m.kind == "ensemble")
 
 
 def parse_overrides(overrides: list[str] | None) -> list[tuple[str, Any]]:
@@ -169,9 +162,9 @@ def effective_config(con: duckdb.DuckDBPyConnection, source_run: dict, config: s
     pairs = parse_overrides(overrides)
     method = method or next((v for k, v in pairs if k == "method.name"), None)
     if method is not None and method != tree["method"]["name"]:
-        old, accepted = tree["method"], _method_fields(method)
-        tree["method"] = {"name": method, **{k: old[k] for k in SAMPLING_FIELDS
-                                           if k in old and k in accepted and method in AGGREGATORS}}
+        old, switched = tree["method"], _ensemble(method)
+        accepted = set(switched.Settings.model_fields) if switched else set()
+        tree["method"] = {"name": method, **{k: old[k] for k in SAMPLING_FIELDS if k in old and k in accepted}}
     for key, value in pairs:
         if key != "method.name":
             _set_path(tree, key, value)
@@ -200,24 +193,22 @@ def feature_keys(cfg: Config, query: str, teacher_key: str | None) -> dict[str, 
     keys = {"zero_shot": zero_shot}
     if teacher_key is not None:
         keys[teacher_stage] = teacher_key
-    if method.name == "esa":
-        params = GenerationParams(max_new_tokens=cfg.generation.max_new_tokens,
-                                  temperature=method.candidate_temperature,
-                                  top_p=method.candidate_top_p, stop=tuple(cfg.generation.stop))
-        texts = artifact_key("candidates", [zero_shot], {"model": model, "params": asdict(params),
-                                                          "n": method.candidates})
-        keys.update(candidates=artifact_key("candidate_embeddings", [texts], emb), candidate_texts=texts)
-    if method.name in ("sga", "ksa-public"):
+    registered = methods.get(method.name)
+    if registered.samples_candidates:
+        keys["candidates"] = candidates_key(cfg, registered, zero_shot)
+    if registered.needs_public:
         params = {"public_dataset": cfg.public_dataset, "query_sha256": _sha(query), "teachers": method.teachers,
                   "shots": method.shots, "task": cfg.task.model_dump()}
         prompts = artifact_key("public_prompts", [], params)
         outputs = artifact_key("public_outputs", [prompts],
                                {"model": model, "generation": cfg.generation.model_dump()})
         keys.update(public_outputs=outputs, public_example=artifact_key("public_example", [], params))
-        if method.name == "sga":
-            keys.update(public=artifact_key("public_embeddings", [outputs], emb), public_texts=outputs)
-    if method.name in ("esa", "sga") and teacher_key is not None:
-        keys["teachers"] = artifact_key("teacher_embeddings", [teacher_key], emb)
+    public = registered.public_texts
+    if public is not None:  # as the embed task names them
+        texts = keys[public.source]
+        keys.update({public.embeddings: artifact_key(public.stage, [texts], emb), public.texts: texts})
+        if teacher_key is not None:
+            keys["teachers"] = artifact_key("teacher_embeddings", [teacher_key], emb)
     return keys
 
 
@@ -287,13 +278,14 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
         raise RerunError(f"the stored config of run {source_run_id!r} (or of the run it re-ran) is not valid for this "
                          "version of dpicl; answer the backlog again with `dpicl answer`") from None
     name = cfg.method.name
-    if source["method"] in TOKEN_METHODS or source["method"] == "synthetic-icl":
+    if _ensemble(source["method"]) is None:
         raise RerunError(f"run {source_run_id!r} used method {source['method']!r}, which decodes token by token (or "
                          "uses public data only) and stores no teacher outputs or aggregates to re-run from; its "
                          f"releases are served for free by `dpicl releases {source['backlog']}`")
-    if name not in AGGREGATORS:
+    registered = _ensemble(name)
+    if registered is None:
         raise RerunError(f"method {name!r} cannot re-run from stored teacher outputs (it decodes token by token or "
-                         f"needs no private data); choose one of {', '.join(AGGREGATORS)}, or answer with "
+                         f"needs no private data); choose one of {_ensemble_names()}, or answer with "
                          "`dpicl answer CONFIG`")
     if cfg.private_dataset != source["dataset"]:
         raise RerunError(f"the rerun's config names private dataset {cfg.private_dataset!r} but run "
@@ -332,9 +324,9 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
             raise RerunError(f"--from release keeps the mechanism of run {source_run_id!r} ({source['method']}): its "
                              f"stored DP aggregates are what is post-processed. To answer with {name!r}, re-run "
                              "--from aggregate (a new release, charged)")
-        aggregate_side = {k: v for k, v in cfg.method.model_dump(mode="json").items() if k not in RELEASE_ONLY[name]}
+        aggregate_side = {k: v for k, v in cfg.method.model_dump(mode="json").items() if k not in registered.release_only}
         source_side = {k: v for k, v in source_cfg.method.model_dump(mode="json").items()
-                       if k not in RELEASE_ONLY[name]}
+                       if k not in registered.release_only}
         changed = [f"method.{k}" for k in sorted(set(aggregate_side) | set(source_side))
                    if not _same(aggregate_side.get(k), source_side.get(k))]
         if not _same(cfg.task.model_dump(mode="json"), source_cfg.task.model_dump(mode="json")):
@@ -342,7 +334,7 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
         if changed:
             raise RerunError(f"{', '.join(changed)} shape(s) the DP aggregate, which --from release reuses as run "
                              f"{source_run_id!r} drew it; change only release settings "
-                             f"({', '.join(sorted(RELEASE_ONLY[name])) or 'none for ' + name}, model, generation), "
+                             f"({', '.join(sorted(registered.release_only)) or 'none for ' + name}, model, generation), "
                              "or re-run --from aggregate (a new release, charged)")
         rows = con.execute(
             "SELECT a.query_id, a.key, l.entry_id, l.epsilon_before, l.epsilon_after FROM artifacts a "
@@ -366,7 +358,7 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
     for q in query_ids:
         teacher = stored[q] if from_stage == "aggregate" else None
         features[q] = feature_keys(cfg, queries[q].input, teacher)
-    needs = set(RELEASE_NEEDS[name]) | (set(AGGREGATORS[name][0]) if from_stage == "aggregate" else set())
+    needs = set(registered.release_needs) | (set(registered.inputs) if from_stage == "aggregate" else set())
     wanted = {features[q][n] for q in query_ids for n in needs if n in features[q]}
     present = {r[0] for r in con.execute("SELECT key FROM artifacts WHERE list_contains(?, key)",
                                          [sorted(wanted)]).fetchall()}
@@ -390,8 +382,8 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
     if from_stage == "aggregate":
         plan, event_json = _plan(con, cfg)
         rate = event_from_json(event_json).sampling_rate
-        root_rate = root_cfg.method.sampling_rate or default_sampling_rate(
-            root_cfg.method.teachers, root_cfg.method.shots, dataset["n_records"])  # as open-run planned it
+        root_rate = methods.get(root_cfg.method.name).sampling_rate(  # as open-run planned it
+            root_cfg.method, Facts(dataset_size=dataset["n_records"]))
         if abs(rate - root_rate) > 1e-12:
             raise RerunError(f"the rerun's sampling rate {rate:.6g} differs from the rate {root_rate:.6g} at which "
                              f"run {root_id!r} drew its subsamples; keep teachers, shots and sampling_rate as they were")
@@ -449,22 +441,18 @@ def _plan(con: duckdb.DuckDBPyConnection, cfg: Config) -> tuple[dict, str]:
            cfg.private_dataset, budget.epsilon, budget.delta, n_records)
     if key not in _PLANS:
         plan, event_json = per_query_plan(con, cfg)
-        _PLANS[key] = (plan_numbers(plan), event_json)
+        _PLANS[key] = (plan.numbers(), event_json)
     plan, event_json = _PLANS[key]
     return dict(plan), event_json
 
 
 def _source_plan(con: duckdb.DuckDBPyConnection, source_run_id: str, source_cfg: Config) -> dict:
-    """The per-query numbers the source run drew its aggregates with (kept with each release, PLAN_DETAILS): read
-    from one of its releases when it has one, else planned again from its config (the same computation)."""
-    from dpicl.tasks.release import PLAN_DETAILS
-
-    row = con.execute("SELECT details FROM releases WHERE run_id = ? LIMIT 1", [source_run_id]).fetchone()
-    if row is not None:
-        details = json.loads(row[0])
-        if all(k in details for k in PLAN_DETAILS[source_cfg.method.name]):
-            return {k: details[k] for k in PLAN_DETAILS[source_cfg.method.name]}
-    return _plan(con, source_cfg)[0]
+    """The plan the source run drew its aggregates with (stored when it opened), else planned again from its
+    config (the same computation; runs stored no plan before dpicl 0.5)."""
+    try:
+        return stored_plan(con, source_run_id)[0]
+    except LookupError:
+        return _plan(con, source_cfg)[0]
 
 
 def _affordable_prefix(query_ids, category, top_ups, event_json, reused_event, spent, limit, delta) -> int:

@@ -10,12 +10,12 @@ import uuid
 from prefect import get_run_logger, runtime, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from dpicl import planning
+from dpicl import methods
 from dpicl.config import Config
+from dpicl.methods.base import Budget, Facts, Plan
 from dpicl.privacy.accounting import choose_accountant, max_additional
 from dpicl.privacy.accounting.composed import composed_events
 from dpicl.privacy.accounting.events import event_from_json
-from dpicl.privacy.sampling import default_sampling_rate
 from dpicl.storage import get_dataset
 from dpicl.storage.ledger import budget_state, budget_summary, require_budget
 from dpicl.storage.runs import create_run, finish_run, store_plan
@@ -27,46 +27,14 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-") or "default"
 
 
-def plan_options(cfg: Config) -> dict:
-    """Method settings of the config that shape the per-query plan (beyond q, T, ε, δ)."""
-    m = cfg.method
-    if m.name == "dps-mozo":
-        return {"max_new_tokens": cfg.generation.max_new_tokens, "shots": m.shots, "alpha": m.alpha,
-                "accept_unproven_guarantee": m.accept_unproven_guarantee}
-    if m.name == "adapmixed":
-        return {"max_new_tokens": cfg.generation.max_new_tokens, "members": m.members, "alpha": m.alpha,
-                "beta": m.beta, "screen_lambda": m.screen_lambda, "screen_sigma": m.screen_sigma}
-    if m.name == "ksa-ptr":
-        return {"delta0_fraction": m.delta0_fraction, "em_epsilon": m.em_epsilon}
-    if m.name == "sga":
-        return {"levels": m.levels, "em_epsilon": m.em_epsilon, "count_epsilon": m.count_epsilon}
-    return {}
-
-
-def per_query_plan(con, cfg: Config) -> tuple[dict, str]:
+def per_query_plan(con, cfg: Config) -> tuple[Plan, str]:
     """The data-independent per-query plan of `cfg`'s method against its dataset's open budget, and the privacy
     event one query then costs (JSON). Reads the budget and the dataset size only."""
-    method = cfg.method
     budget = require_budget(con, cfg.private_dataset)
-    n_records = get_dataset(con, cfg.private_dataset)["n_records"]
-    options = plan_options(cfg)
-    if method.name == "dps-mozo":
-        rate, options["dataset_size"] = min(1.0, method.shots / n_records), n_records
-    elif method.name in ("adapmixed", "synthetic-icl"):
-        rate = 1.0  # no subsampling; synthetic-icl uses no private data
-    else:
-        rate = method.sampling_rate or default_sampling_rate(method.teachers, method.shots, n_records)
-    plan = planning.plan(method.name, sampling_rate=rate, queries=getattr(method, "planned_queries", 1),
-                         epsilon=budget.epsilon, delta=budget.delta, **options)
-    if method.name == "dps-mozo" and method.beta is not None:
-        plan["beta"] = method.beta  # a radius chosen by hand: the ledger refuses what the budget cannot pay
-    return plan, planning.METHODS[method.name].event(plan).to_json()
-
-
-def plan_numbers(plan: dict) -> dict:
-    """The numbers of a plan that tasks receive (no budget, no nested objects)."""
-    return {k: v for k, v in plan.items() if k != "budget" and (isinstance(v, (int, float, str)) or (
-        isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)))}
+    facts = Facts(dataset_size=get_dataset(con, cfg.private_dataset)["n_records"],
+                  max_new_tokens=cfg.generation.max_new_tokens)
+    plan = methods.get(cfg.method.name).plan(cfg.method, facts, Budget(budget.epsilon, budget.delta))
+    return plan, plan.event().to_json()
 
 
 @task(name="open-run", **STAGE)
@@ -81,13 +49,13 @@ def open_run(config_path: str, db_path: str) -> dict:
         choose_accountant(composed_events({**budget_state(con, cfg.private_dataset), event_json: 1}))
         run_id = uuid.uuid4().hex
         flow_run_id = runtime.flow_run.id
-        numbers = plan_numbers(plan)
+        numbers = plan.numbers()
         # the config and plan every task of this run reads (never the file again: privacy invariant 9, docs/PRIVACY.md)
         create_run(con, run_id, method.name, cfg.private_dataset, cfg.backlog, cfg.model_dump(mode="json"),
                    str(flow_run_id) if flow_run_id else None)
         store_plan(con, run_id, cfg.backlog, numbers, event_json)
     get_run_logger().info("run %s: %s per query, planned for %d queries at ε=%g, δ=%g: %s", run_id, method.name,
-                          getattr(method, "planned_queries", 1), budget.epsilon, budget.delta, numbers)
+                          plan.queries, budget.epsilon, budget.delta, numbers)
     return {"run_id": run_id, "method": method.name, "batch_queries": cfg.batch_queries, "backlog": cfg.backlog}
 
 

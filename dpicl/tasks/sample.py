@@ -33,7 +33,7 @@ def sample(db_path: str, run_id: str, query_ids: list[str]) -> dict[str, str]:
         dataset = get_dataset(con, cfg.private_dataset)
         record_ids = [r.record_id for r in load_records(con, cfg.private_dataset)]
         # the rate every subsample is drawn at is the rate the queries' events are charged at
-        rate = run.plan["sampling_rate"]
+        rate = run.plan.sampling_rate
         event = event_from_json(event_json)
         require_paid(event, dataclasses.replace(event, sampling_rate=rate), what="the subsamples")
         keys = {}

@@ -13,16 +13,11 @@ import uuid
 from prefect import get_run_logger, runtime, task
 from tqdm.auto import tqdm
 
-from dpicl import planning
+from dpicl import methods
 from dpicl.config import Config
-from dpicl.decoding import dp_fewshot_text, dps_mozo_answer
 from dpicl.inference.base import require
-from dpicl.privacy.accounting.events import ComposedEvent
 from dpicl.privacy.accounting.guard import require_paid
-from dpicl.privacy.mechanisms import dp_fewshot
 from dpicl.privacy.rng import make_rng
-from dpicl.privacy.sampling import assign_teachers
-from dpicl.prompts import render_prompt, zero_shot_prompt
 from dpicl.storage import get_dataset, load_records
 from dpicl.storage.ledger import BudgetError, require_budget
 from dpicl.storage.runs import create_run, finish_run
@@ -46,23 +41,6 @@ def _pools(cfg: Config, records: list) -> dict[str | None, list]:
     return pools
 
 
-def _plan(cfg: Config, pools: dict, epsilon: float, delta: float) -> tuple[dict, object]:
-    """Per-token parameters for the whole synthesis and its one privacy event."""
-    m, tokens = cfg.method, cfg.generation.max_new_tokens
-    if m.name == "dp-fewshot":
-        rate = m.sampling_rate or dp_fewshot.pool_sampling_rate([len(p) for p in pools.values()], m.splits, m.shots)
-        result = planning.plan("dp-fewshot", sampling_rate=rate, queries=m.demos, epsilon=epsilon, delta=delta,
-                               max_new_tokens=tokens, splits=m.splits, mechanism=m.mechanism)
-        return result, planning.METHODS["dp-fewshot"].event(result)
-    n = len(pools[None])  # dps-mozo, offline: `demos` answers of DPS-MOZO, charged together
-    result = planning.plan("dps-mozo", sampling_rate=min(1.0, m.shots / n), queries=m.demos, epsilon=epsilon,
-                           delta=delta, dataset_size=n, max_new_tokens=tokens, shots=m.shots, alpha=m.alpha,
-                           accept_unproven_guarantee=m.accept_unproven_guarantee)
-    if m.beta is not None:
-        result["beta"] = m.beta
-    return result, ComposedEvent(planning.METHODS["dps-mozo"].event(result), m.demos)
-
-
 def _public_inputs(con, cfg: Config, count: int) -> list[str]:
     dataset = get_dataset(con, cfg.public_dataset)
     if dataset["kind"] != "public":
@@ -75,50 +53,12 @@ def _public_inputs(con, cfg: Config, count: int) -> list[str]:
     return inputs
 
 
-def _check_paid(cfg: Config, plan: dict, event, pools: dict, jobs: list) -> None:
+def _check_paid(cfg: Config, method, plan, event, pools: dict, jobs: list) -> None:
     """Before the first token: the event of what is about to be used — the sampling rate, the splits, the noise,
     the tokens and the number of texts generated from each pool — must be the event the ledger reserved."""
-    m, tokens = cfg.method, cfg.generation.max_new_tokens
     for label, pool in pools.items():
         texts = sum(job_label == label for job_label, _ in jobs)
-        if m.name == "dp-fewshot":
-            used = dp_fewshot.cost({**plan, "sampling_rate": plan["sampling_rate"], "splits": m.splits,
-                                    "mechanism": m.mechanism, "tokens": texts * tokens})
-        else:
-            step = planning.METHODS["dps-mozo"].event({**plan, "sampling_rate": min(1.0, m.shots / len(pool)),
-                                                       "tokens_per_query": tokens})
-            used = ComposedEvent(step, texts)
-        require_paid(event, used, what="this synthesis")
-
-
-def _fewshot_demo(cfg: Config, backend, plan: dict, pool: list, teacher_key: bytes, label: str | None,
-                  public_input: str | None, rng) -> tuple[str, str]:
-    m, gen, syn = cfg.method, cfg.generation, cfg.synthetic
-    ids = [r.record_id for r in pool]
-    by_id = {r.record_id: r for r in pool}
-    # every pool is sampled at the charged rate: the largest pool rate, or the configured one (_plan)
-    rate = plan["sampling_rate"]
-    if label is None:  # open-form: the demonstration's output for a public input
-        public_prompt = zero_shot_prompt(cfg.task, public_input)
-
-        def render(split):
-            return render_prompt(cfg.task, [(by_id[r].input, by_id[r].output) for r in split], public_input)
-    else:  # classification: an input for the label, demonstrations in the label template
-        prefix = syn.label_template.format(output=label, input="").rstrip()
-        head = [syn.instruction] if syn.instruction else []
-        public_prompt = cfg.task.separator.join([*head, prefix])
-
-        def render(split):
-            shown = [syn.label_template.format(output=label, input=by_id[r].input) for r in split]
-            return cfg.task.separator.join([*head, *shown, prefix])
-
-    def private_prompts() -> list[str]:  # a fresh Poisson sample for every token
-        return [render(split) for split in assign_teachers(ids, teacher_key, m.splits, m.shots, rate, rng)]
-
-    text = dp_fewshot_text(backend, public_prompt, private_prompts, mechanism=m.mechanism, top_k=m.top_k,
-                           noise_multiplier=plan.get("noise_multiplier"), epsilon0=plan.get("epsilon0"),
-                           max_new_tokens=gen.max_new_tokens, stop=gen.stop, rng=rng).text
-    return (public_input, text) if label is None else (text, label)
+        require_paid(event, method.synthesis_used(cfg, plan, pool, texts), what="this synthesis")
 
 
 @task(name="synthesize", **STAGE)
@@ -126,8 +66,11 @@ def synthesize(config_path: str, db_path: str) -> dict:
     """Plan, pay (one ledger entry), generate, write the public dataset; returns names, counts and ε only."""
     cfg = context.config(config_path)
     m, syn = cfg.method, cfg.synthetic
-    if m.name not in ("dp-fewshot", "dps-mozo") or syn is None:
-        raise ValueError("synthesize_demos needs method dp-fewshot or dps-mozo and a `synthetic` section")
+    method = methods.get(m.name)
+    synthesizers = [x.name for x in methods.all_methods() if hasattr(x, "synthesis_plan")]
+    if not hasattr(method, "synthesis_plan") or syn is None:
+        raise ValueError(f"synthesize_demos needs a method that writes demonstrations ({', '.join(synthesizers)}) "
+                         "and a `synthetic` section")
     backend = context.backend(cfg)
     require(backend, "next_token_logprobs")
     run_id = uuid.uuid4().hex
@@ -136,10 +79,11 @@ def synthesize(config_path: str, db_path: str) -> dict:
         budget = require_budget(con, cfg.private_dataset)
         dataset = get_dataset(con, cfg.private_dataset)
         pools = _pools(cfg, load_records(con, cfg.private_dataset))
-        if m.name == "dps-mozo" and cfg.task.type == "classification":
-            raise ValueError("DPS-MOZO synthesizes open-form demonstrations only; use dp-fewshot for labels")
+        if cfg.task.type not in method.synthesis_task_types:
+            raise ValueError(f"{m.name} synthesizes {', '.join(method.synthesis_task_types)} demonstrations only; "
+                             f"use one of {', '.join(x for x in synthesizers if x != m.name)} for this task")
         inputs = _public_inputs(con, cfg, m.demos) if cfg.task.type != "classification" else []
-        plan, event = _plan(cfg, pools, syn.epsilon or budget.epsilon, budget.delta)
+        plan, event = method.synthesis_plan(cfg, pools, syn.epsilon or budget.epsilon, budget.delta)
         flow_run_id = runtime.flow_run.id
         create_run(con, run_id, m.name, cfg.private_dataset, f"synthetic:{syn.name}", cfg.model_dump(mode="json"),
                    str(flow_run_id) if flow_run_id else None)
@@ -154,24 +98,14 @@ def synthesize(config_path: str, db_path: str) -> dict:
         rows = []
         jobs = [(label, None) for label in pools for _ in range(m.demos)] if inputs == [] else \
             [(None, x) for x in inputs]
-        _check_paid(cfg, plan, event, pools, jobs)
+        _check_paid(cfg, method, plan, event, pools, jobs)
         for label, public_input in tqdm(jobs, desc=f"synthesize ({m.name})", unit="demo"):
-            if m.name == "dp-fewshot":
-                rows.append(_fewshot_demo(cfg, backend, plan, pools[label], dataset["teacher_key"], label,
-                                          public_input, rng))
-            else:
-                pool = pools[None]
-                demos = [(r.input, r.output) for r in pool]
-                text = dps_mozo_answer(
-                    backend, zero_shot_prompt(cfg.task, public_input),
-                    lambda i, x=public_input: render_prompt(cfg.task, [demos[i]], x), len(demos), shots=m.shots,
-                    top_k=m.top_k, beta=plan["beta"], alpha=plan["alpha"], max_new_tokens=cfg.generation.max_new_tokens,
-                    stop=cfg.generation.stop, rng=rng).text
-                rows.append((public_input, text))
+            rows.append(method.synthesize_text(cfg, backend, plan, pools[label], dataset["teacher_key"], label,
+                                               public_input, rng))
         n = write_synthetic_dataset(con, syn.name, cfg.task.type, rows, source_dataset=cfg.private_dataset,
                                     run_id=run_id, entry_id=reservation.entry_id)
         finish_run(con, run_id, "completed")
-    numbers = {k: v for k, v in plan.items() if isinstance(v, (int, float, str))}
+    numbers = plan.numbers()
     get_run_logger().info("synthesized %d demonstrations into %r for ε %.4f: %s", n, syn.name,
                           reservation.epsilon_cost, numbers)
     return {"run_id": run_id, "dataset": syn.name, "demonstrations": n, "epsilon_cost": reservation.epsilon_cost,

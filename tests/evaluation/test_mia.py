@@ -286,7 +286,6 @@ def test_repeat_attack_does_not_separate_dp_releases(repeat_run):
 def test_repeat_attack_settings_are_the_pipeline_plans(repeat_run):
     from dpicl import planning
     from dpicl.privacy.accounting import total_epsilon
-    from dpicl.tasks.run import plan_options
 
     _, results = repeat_run
     rate = 4 * 2 / 200
@@ -295,9 +294,9 @@ def test_repeat_attack_settings_are_the_pipeline_plans(repeat_run):
         for eps in (1.0,):
             r = results[(method, eps)]
             # the fixture's own plan (cached): calibrating again would take minutes
-            plan = cached_plan(method, rate, 80, eps, 1e-5, tuple(sorted(plan_options(cfg).items())))
+            plan = cached_plan(method, rate, 80, eps, 1e-5, tuple(sorted(planning.options_of(cfg).items())))
             assert r.details["sampling_rate"] == pytest.approx(rate)
-            forced = total_epsilon([planning.METHODS[method].event({**plan, "sampling_rate": 1.0})], 1e-5)
+            forced = total_epsilon([plan.event(sampling_rate=1.0)], 1e-5)
             assert r.epsilon_experiment == pytest.approx(forced)
     # one forced query is far weaker than the subsampled plan: the experiment's bound is larger
     assert results[("esa", 1.0)].epsilon_experiment > 2.0
@@ -306,7 +305,6 @@ def test_repeat_attack_settings_are_the_pipeline_plans(repeat_run):
 
 @pytest.mark.slow
 def test_synthetic_icl_leaks_less_than_icl(repeat_run):
-    from dpicl import planning
     from dpicl.privacy.accounting import total_epsilon
 
     _, results = repeat_run
@@ -316,7 +314,7 @@ def test_synthetic_icl_leaks_less_than_icl(repeat_run):
     # as run, the target is in every token of its own demonstration only (8 tokens, sampling rate 1)
     plan = cached_plan("dp-fewshot", 8 / 200, 80, 1.0, 1e-5,
                        tuple(sorted({"max_new_tokens": 8, "splits": 4, "mechanism": "gaussian"}.items())))
-    one_demo = planning.METHODS["dp-fewshot"].event({**plan, "sampling_rate": 1.0, "tokens": 8})
+    one_demo = plan.event(sampling_rate=1.0, tokens=8)
     assert r.epsilon_experiment == pytest.approx(total_epsilon([one_demo], 1e-5))
 
 

@@ -113,16 +113,16 @@ def test_esa_infers_with_the_stored_config_when_the_file_is_edited_mid_run(pipel
 # ---------------------------------------------------------------------- item 1: dp-fewshot samples at its charge
 
 def _record_sampling_rates(monkeypatch) -> list[float]:
-    from dpicl.tasks import synthesize
+    from dpicl.methods import dp_fewshot
 
     rates: list[float] = []
-    real = synthesize.assign_teachers
+    real = dp_fewshot.assign_teachers
 
     def recording(ids, key, teachers, shots, rate, rng):
         rates.append(rate)
         return real(ids, key, teachers, shots, rate, rng)
 
-    monkeypatch.setattr(synthesize, "assign_teachers", recording)
+    monkeypatch.setattr(dp_fewshot, "assign_teachers", recording)
     return rates
 
 
@@ -164,16 +164,17 @@ TAMPERED = {
 
 
 def _tamper(monkeypatch, key: str) -> None:
-    from dpicl.tasks import run as run_task
+    """The numbers a run stores (and its tasks read) differ from the plan whose event the run reserves."""
+    from dpicl.methods.base import Plan
 
-    real = run_task.plan_numbers
+    real = Plan.numbers
 
     def tampered(plan):
         numbers = real(plan)
         numbers[key] = numbers[key] * 0.5
         return numbers
 
-    monkeypatch.setattr(run_task, "plan_numbers", tampered)
+    monkeypatch.setattr(Plan, "numbers", tampered)
 
 
 @pytest.mark.parametrize("case", sorted(TAMPERED))
@@ -211,13 +212,15 @@ def test_dp_fewshot_with_a_plan_that_differs_from_its_charge_generates_nothing(p
     _edit(config, method={"name": "dp-fewshot", "splits": 3, "shots": 2, "demos": 2, "top_k": 10},
           generation={"max_new_tokens": MAX_TOKENS, "stop": ["\n"]}, public_dataset="tiny-public",
           synthetic={"name": "tiny-synthetic", "epsilon": 1.0})
-    real = synthesize._plan
+    from dpicl.methods.dp_fewshot import DPFewShot
 
-    def tampered(*args, **kwargs):
-        plan, event = real(*args, **kwargs)
-        return {**plan, "sampling_rate": plan["sampling_rate"] * 2}, event
+    real = DPFewShot.synthesis_plan
 
-    monkeypatch.setattr(synthesize, "_plan", tampered)
+    def tampered(self, *args, **kwargs):
+        plan, event = real(self, *args, **kwargs)
+        return plan.model_copy(update={"sampling_rate": plan.sampling_rate * 2}), event
+
+    monkeypatch.setattr(DPFewShot, "synthesis_plan", tampered)
     with pytest.raises(PrivacyGuardError, match="sampling_rate"):
         synthesize_demos(config=config, db=db)
     assert _count(db, "SELECT count(*) FROM datasets WHERE name = 'tiny-synthetic'") == 0

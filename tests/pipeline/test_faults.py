@@ -95,7 +95,7 @@ FAULTS = [
     ("answer-dps-mozo", "before reserve", RESERVE, "before", 2, False),
     ("answer-dps-mozo", "after reserve", RESERVE, "after", 2, True),
     ("answer-dps-mozo", "mid-inference", NEXT_TOKEN, "before", 10, True),
-    ("answer-dps-mozo", "after draw (decoded)", "dpicl.tasks.decode:_answer", "after", 2, True),
+    ("answer-dps-mozo", "after draw (decoded)", "dpicl.methods.dps_mozo:DPSMozo.answer", "after", 2, True),
     ("answer-dps-mozo", "before release", "dpicl.tasks.decode:record_release", "before", 2, True),
     ("answer-dps-mozo", "after release", "dpicl.tasks.decode:record_release", "after", 2, False),
     ("synthesize", "before reserve", RESERVE, "before", 1, False),

@@ -521,19 +521,19 @@ def test_planning_refuses_several_shots_before_anything_is_charged():
     with pytest.raises(ValueError, match="accept_unproven_guarantee"):
         planning.plan("dps-mozo", shots=4, accept_unproven_guarantee=False, **common)
     accepted = planning.plan("dps-mozo", shots=4, accept_unproven_guarantee=True, **common)
-    event = planning.METHODS["dps-mozo"].event(accepted)
-    assert accepted["guarantee"] == event.guarantee == "paper-claim"
+    event = accepted.event()
+    assert accepted.guarantee == event.guarantee == "paper-claim"
     assert json.loads(event.to_json())["guarantee"] == "paper-claim"
     assert "UNPROVEN" in planning.describe(accepted)
     # the event builder refuses on its own a plan for several shots that was not opted into
-    forged = {**accepted, "accept_unproven_guarantee": False}
+    forged = accepted.model_copy(update={"accept_unproven_guarantee": False})
     with pytest.raises(ValueError, match="accept_unproven_guarantee"):
-        planning.METHODS["dps-mozo"].event(forged)
+        forged.event()
     # one shot (the default): proven, and labelled so
     one = planning.plan("dps-mozo", **{**common, "sampling_rate": 1 / 14_732})
-    assert one["shots"] == 1 and one["guarantee"] == "proven"
-    assert planning.METHODS["dps-mozo"].event(one).guarantee == "proven"
+    assert one.shots == 1 and one.guarantee == "proven"
+    assert one.event().guarantee == "proven"
     assert "proven" in planning.describe(one) and "UNPROVEN" not in planning.describe(one)
     # a hand-chosen β: the radius follows it
     given = planning.plan("dps-mozo", beta=0.5, **{**common, "sampling_rate": 1 / 14_732})
-    assert given["radius"] == pytest.approx(dps_mozo.ball_radius(0.5, given["alpha"], 1))
+    assert given.radius == pytest.approx(dps_mozo.ball_radius(0.5, given.alpha, 1))

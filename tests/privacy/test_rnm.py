@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
-from dpicl import planning
+from dpicl import methods
 from dpicl.cli import app
 from dpicl.privacy.accounting.events import SubsampledGaussianEvent, event_from_json
 from dpicl.privacy.mechanisms import rnm
@@ -56,7 +56,8 @@ def test_event_round_trips_through_json_and_planning():
     back = event_from_json(e.to_json())
     assert back == e
     assert back.sensitivity == REQUIRED_SENSITIVITY and back.mechanism == "rnm"
-    assert planning.METHODS["rnm"].event({"noise_multiplier": 0.8947, "sampling_rate": 0.005}) == e
+    plan = methods.get("rnm").Plan.model_construct(noise_multiplier=0.8947, sampling_rate=0.005)
+    assert plan.event() == e
 
 
 @pytest.mark.parametrize("n_teachers", [1, 3, 10])

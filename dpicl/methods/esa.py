@@ -1,0 +1,68 @@
+"""ESA — Embedding Space Aggregation (paper 001 §3.2.1): Gaussian noise on the sum of the teachers' answer
+embeddings (Δ = 2), then the public zero-shot candidate nearest the noisy mean is released."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from dpicl.embeddings.candidates import nearest_candidate
+from dpicl.inference.base import GenerationParams
+from dpicl.methods import register
+from dpicl.methods.base import (
+    EnsembleMethod,
+    EnsembleSettings,
+    GaussianPlan,
+    PublicTexts,
+)
+from dpicl.privacy.mechanisms import esa
+
+
+class ESASettings(EnsembleSettings):
+    """ESA (paper 001 §3.2.1): teachers' output embeddings → noisy mean → nearest zero-shot candidate."""
+
+    name: Literal["esa"] = "esa"
+    candidates: int = Field(8, ge=1)
+    candidate_temperature: float = Field(1.0, gt=0)
+    candidate_top_p: float = Field(0.95, gt=0, le=1)
+
+
+class ESAPlan(GaussianPlan):
+    def event(self, sampling_rate=None):
+        return esa.cost(self.noise_multiplier, self.sampling_rate if sampling_rate is None else sampling_rate)
+
+
+@register
+class ESA(EnsembleMethod):
+    name = "esa"
+    summary = "Embedding Space Aggregation: Gaussian noise on the sum of teacher embeddings, Δ = 2"
+    paper = "001: Wu, Panda, Wang, Mittal — Privacy-Preserving In-Context Learning for LLMs (§3.2.1)"
+    Settings = ESASettings
+    Plan = ESAPlan
+    inputs = ("teachers",)
+    release_needs = ("candidates", "candidate_texts")
+    release_only = frozenset({"candidates", "candidate_temperature", "candidate_top_p"})
+    public_texts = PublicTexts("candidates", "candidates", "candidate_texts", "candidate_embeddings")
+    samples_candidates = True
+    plan_details = ("noise_multiplier", "sampling_rate")
+
+    def calibrate(self, sampling_rate, queries, epsilon, delta):
+        return ESAPlan(**esa.plan(sampling_rate, queries, epsilon, delta))
+
+    def candidate_params(self, cfg) -> tuple[GenerationParams, int]:
+        """How the public zero-shot candidates are sampled, and how many per query."""
+        m = cfg.method
+        params = GenerationParams(max_new_tokens=cfg.generation.max_new_tokens, temperature=m.candidate_temperature,
+                                  top_p=m.candidate_top_p, stop=tuple(cfg.generation.stop))
+        return params, m.candidates
+
+    def aggregate(self, cfg, plan, rate, inputs, rng, paid):
+        paid(plan.event(rate))
+        return esa.noisy_mean(inputs["teachers"], plan.noise_multiplier, rng)
+
+    def release(self, cfg, aggregates, public, queries, backend):
+        for query_id, noisy_mean in aggregates.items():
+            index = nearest_candidate(noisy_mean, public[query_id]["candidates"])
+            yield query_id, public[query_id]["candidate_texts"][index], {
+                "candidate_index": int(index), "candidates": cfg.method.candidates}

@@ -1,0 +1,42 @@
+"""What the keyword methods share (ksa-jem, ksa-ptr, ksa-public): the reconstruction prompt with the DP keywords as
+hints, answered greedily by the LLM from public text only."""
+
+from __future__ import annotations
+
+from pydantic import field_validator
+
+from dpicl.methods.base import EnsembleMethod, EnsembleSettings, greedy_params
+from dpicl.prompts import keyword_prompt
+
+
+class KeywordSettings(EnsembleSettings):
+    """KSA (paper 001 §3.2.2): teachers' outputs → private keywords → the LLM answers with them as hints."""
+
+    # the query prompt with keyword hints; {input} is the query, {keywords} the released keywords, ", "-joined
+    keyword_template: str
+
+    @field_validator("keyword_template")
+    @classmethod
+    def _keyword_fields(cls, v: str) -> str:
+        if "{input}" not in v or "{keywords}" not in v:
+            raise ValueError("keyword_template must contain {input} and {keywords}")
+        return v
+
+
+class KeywordMethod(EnsembleMethod):
+    """Releases the LLM's answer to the public query with the DP keywords as hints (post-processing); a None
+    keyword set (KSA-PTR's failed test) releases the zero-shot answer."""
+
+    release_needs = ("zero_shot",)
+    release_only = frozenset({"keyword_template"})
+
+    def release(self, cfg, aggregates, public, queries, backend):
+        prompts = [
+            public[q]["zero_shot"] if result["keywords"] is None
+            else keyword_prompt(cfg.task, cfg.method.keyword_template, queries[q], result["keywords"],
+                                example=public[q].get("public_example", ""))
+            for q, result in aggregates.items()
+        ]
+        answers = backend.generate(prompts, greedy_params(cfg), progress=True) if prompts else []
+        for (query_id, result), answer in zip(aggregates.items(), answers, strict=True):
+            yield query_id, answer, {"keywords": result["keywords"]}

@@ -1,0 +1,75 @@
+"""KSA-PTR (paper 001 App A.3.2): FindBestK + propose-test-release of the top keyword set (unranked); when the test
+fails the zero-shot answer is released (still charged)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from dpicl.keywords import keywords
+from dpicl.methods import register
+from dpicl.methods.base import Plan
+from dpicl.methods.keyword_hints import KeywordMethod, KeywordSettings
+from dpicl.privacy.mechanisms import ksa_ptr
+
+
+class KSAPTRSettings(KeywordSettings):
+    """KSA-PTR (paper 001 App A.3.2): FindBestK + propose-test-release of the top keyword set (unranked); when
+    the test fails the zero-shot answer is released (still charged)."""
+
+    name: Literal["ksa-ptr"] = "ksa-ptr"
+    k_max: int = Field(30, ge=1)
+    # share of δ reserved for the PTR failures of all planned queries (δ0 = share·δ/(q·T))
+    delta0_fraction: float = Field(0.5, gt=0, lt=1)
+    # per-query FindBestK ε; default: calibrated so that the FindBestK part alone would use half the budget
+    em_epsilon: float | None = Field(None, gt=0)
+    keyword_template: str = "Input:\n{input}\nOutput with the following word suggestions: [{keywords}]\nOutput:"
+
+
+class PTRPlan(Plan):
+    sampling_rate: float
+    epsilon_em: float
+    noise_multiplier: float
+    sensitivity: float
+    sigma: float
+    delta0: float
+    delta0_fraction: float
+    failure_delta: float
+    offset: float
+    epsilon_certified: float
+
+    def event(self, sampling_rate=None):
+        return ksa_ptr.cost(self.epsilon_em, self.noise_multiplier, self.delta0,
+                            self.sampling_rate if sampling_rate is None else sampling_rate)
+
+    def describe(self) -> str:
+        return (f"  FindBestK ε_EM = {self.epsilon_em:.5f}; PTR noise multiplier {self.noise_multiplier:.5f} "
+                f"(σ = {self.sigma:.5f}, sensitivity {self.sensitivity:g}); δ0 = {self.delta0:.4g} per query "
+                f"(failures take {self.failure_delta:.3g} of δ), offset {self.offset:.3f}; the RDP accountant "
+                f"certifies ε = {self.epsilon_certified:.5f}")
+
+
+@register
+class KSAPTR(KeywordMethod):
+    name = "ksa-ptr"
+    summary = "Keyword Space Aggregation, FindBestK + propose-test-release: the certified top word set"
+    paper = "001: Wu, Panda, Wang, Mittal — Privacy-Preserving In-Context Learning for LLMs (App. A.3.2)"
+    Settings = KSAPTRSettings
+    Plan = PTRPlan
+    inputs = ("teacher_outputs",)
+    options = ("delta0_fraction", "em_epsilon")
+    plan_details = ("epsilon_em", "noise_multiplier", "delta0", "sampling_rate")
+
+    def plan_options(self, settings, facts):
+        return {"delta0_fraction": settings.delta0_fraction, "em_epsilon": settings.em_epsilon}
+
+    def calibrate(self, sampling_rate, queries, epsilon, delta, delta0_fraction=0.5, em_epsilon=None):
+        return PTRPlan(**ksa_ptr.plan(sampling_rate, queries, epsilon, delta, delta0_fraction=delta0_fraction,
+                                      em_epsilon=em_epsilon))
+
+    def aggregate(self, cfg, plan, rate, inputs, rng, paid):
+        tokens, counts = ksa_ptr.histogram([keywords(t) for t in inputs["teacher_outputs"]])
+        paid(plan.event(rate))
+        return {"keywords": ksa_ptr.release_set(tokens, counts, plan.epsilon_em, plan.noise_multiplier, plan.delta0,
+                                                rng, k_max=cfg.method.k_max)}

@@ -1,0 +1,47 @@
+"""In-context learning with public demonstrations — typically DP synthetic demonstrations written by
+`synthesize_demos`. Post-processing of earlier DP releases: every answer costs nothing (its ledger entry holds a
+public-data event)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from dpicl.methods import register
+from dpicl.methods.base import Method, MethodSettings, Plan
+from dpicl.privacy.accounting.events import PublicDataEvent
+
+
+class SyntheticICLSettings(MethodSettings):
+    """Plain in-context learning with `shots` demonstrations from a public dataset — typically DP synthetic
+    demonstrations written by `synthesize_demos`. Post-processing of earlier DP releases: answers cost nothing."""
+
+    name: Literal["synthetic-icl"] = "synthetic-icl"
+    demos_dataset: str
+    shots: int = Field(4, ge=1)
+
+
+class PublicPlan(Plan):
+    def event(self, sampling_rate=None):
+        return PublicDataEvent(self.method)
+
+    def describe(self) -> str:
+        return "  every answer uses public data and earlier DP releases only: it costs nothing"
+
+
+@register
+class SyntheticICL(Method):
+    name = "synthetic-icl"
+    kind = "public"
+    summary = "In-context learning with DP synthetic demonstrations (synthesize_demos): post-processing, free"
+    paper = "002 and 000 (DPS-MOZO+Off): answering with DP synthetic demonstrations"
+    Settings = SyntheticICLSettings
+    Plan = PublicPlan
+    task_types = ("summarization", "generation", "classification")
+
+    def calibrate(self, sampling_rate, queries, epsilon, delta):
+        return PublicPlan(method=self.name, queries=queries, epsilon=epsilon, delta=delta)
+
+    def planned_queries(self, settings):
+        return 1

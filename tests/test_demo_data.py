@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from dpicl.demo import make_data
+import dpicl.demo
 
-DATA = Path(make_data.__file__).resolve().parent / "data"
+GENERATOR = Path(__file__).resolve().parent.parent / "scripts" / "make_demo_data.py"
+
+
+def _load_generator():
+    """scripts/make_demo_data.py, by its path (a script of the repository, not part of the installed package)."""
+    spec = importlib.util.spec_from_file_location("make_demo_data", GENERATOR)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+make_data = _load_generator()
+DATA = Path(dpicl.demo.__file__).resolve().parent / "data"  # the files the package ships
 FILES = ["private_tickets.jsonl", "public_tickets.jsonl", "backlog.jsonl", "canaries.json"]
 
 
@@ -106,6 +121,7 @@ def test_canaries_have_backlog_twins_in_their_category(private, backlog, canarie
 
 
 def test_generator_reproduces_committed_files(tmp_path):
+    assert make_data.DATA_DIR == DATA  # its default output is the package's data folder
     written = make_data.main(tmp_path)
     assert sorted(p.name for p in written) == sorted(FILES)
     for name in FILES:

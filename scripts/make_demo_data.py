@@ -27,12 +27,13 @@ written (JSONL is UTF-8, one JSON object per line, ``\\n`` line endings):
 
 Generation is deterministic (``random.Random`` with fixed seeds; this is data
 generation, not a privacy mechanism): re-running reproduces the committed files
-byte for byte. Usage::
+byte for byte. Usage, from the repository root::
 
-    python -m dpicl.demo.make_data            # rewrites dpicl/demo/data/
-    python -m dpicl.demo.make_data --out DIR  # writes into DIR instead
+    python scripts/make_demo_data.py            # rewrites dpicl/demo/data/
+    python scripts/make_demo_data.py --out DIR  # writes into DIR instead
 
-Only the standard library is used.
+Only the standard library is used. This script is not part of the installed package: only the files it writes
+are (``dpicl/demo/data/``, read by ``dpicl demo``); ``tests/test_demo_data.py`` checks that it reproduces them.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import random
 import re
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = Path(__file__).resolve().parent.parent / "dpicl" / "demo" / "data"
 
 SEED = 20240611
 N_PRIVATE = 300

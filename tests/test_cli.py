@@ -72,7 +72,7 @@ def test_plan_ksa_options_are_checked_and_summaries_name_their_parameters():
     assert result.exit_code == 2 and "delta0_fraction" in result.output
     result = runner.invoke(app, ["plan", "--method", "ksa-ptr", "--epsilon", "3", "--delta0-fraction", "1.5",
                                  *PAPER_ARGS])
-    assert result.exit_code == 2 and "delta0_fraction" in result.output
+    assert result.exit_code == 2 and "--delta0-fraction" in result.output  # the flag as the user typed it
     readable = [a for a in PAPER_ARGS if a != "--json"]
     for method, words in [("ksa-ptr", ["ε_EM", "δ0", "offset"]), ("ksa-jem", ["ε_EM"])]:
         result = runner.invoke(app, ["plan", "--method", method, "--epsilon", "3", *readable,
@@ -89,14 +89,14 @@ def test_planned_ksa_events_and_what_a_budget_pays():
     q, T, eps, delta = 0.027152, 100, 3.0, 5e-5
     ptr = planning.plan("ksa-ptr", sampling_rate=q, queries=T, epsilon=eps, delta=delta, delta0_fraction=0.5,
                         em_epsilon=None)
-    event = planning.METHODS["ksa-ptr"].event(ptr)
-    assert event == SubsampledPTREvent(ptr["epsilon_em"], ptr["noise_multiplier"], ptr["delta0"], q)
+    event = ptr.event()
+    assert event == SubsampledPTREvent(ptr.epsilon_em, ptr.noise_multiplier, ptr.delta0, q)
     state = {"dataset": "d", "epsilon_limit": eps, "delta": delta, "counts": {}, "epsilon_spent": 0.0}
-    paid = planning.payable(state, "ksa-ptr", ptr)["queries_payable"]
+    paid = planning.payable(state, ptr)["queries_payable"]
     assert T <= paid < T / 0.5  # ε pays for T; the δ share of the failures caps it below T/frac
     jem = planning.plan("ksa-jem", sampling_rate=q, queries=T, epsilon=eps, delta=delta)
-    assert planning.METHODS["ksa-jem"].event(jem) == SubsampledExponentialEvent(jem["epsilon_em"], q, 2.0, "ksa_jem")
-    assert planning.payable(state, "ksa-jem", jem)["queries_payable"] >= T
+    assert jem.event() == SubsampledExponentialEvent(jem.epsilon_em, q, 2.0, "ksa_jem")
+    assert planning.payable(state, jem)["queries_payable"] >= T
 
 
 def _write(path, rows):

@@ -5,14 +5,13 @@ methods (no count) and dp-fewshot (whole syntheses), and budgets whose ledger th
 from __future__ import annotations
 
 import json
-import typing
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
-from dpicl import planning
+from dpicl import methods
 from dpicl.cli import app
-from dpicl.config import Config
 
 runner = CliRunner()
 TARGET = ["--epsilon", "3", "--delta", "1e-5", "--queries", "10", "--sampling-rate", "0.05", "--dataset-size", "1000"]
@@ -27,14 +26,23 @@ def _json(result) -> dict:
     return json.loads(result.output.strip().splitlines()[-1])
 
 
-def _config_methods() -> set[str]:
-    union = typing.get_args(Config.model_fields["method"].annotation)
-    classes = typing.get_args(union[0]) or union
-    return {cls.model_fields["name"].default for cls in classes}
+def test_every_registered_method_is_listed_and_planned():
+    listed = _json_list(runner.invoke(app, ["methods", "--json"]))
+    assert [m["name"] for m in listed] == methods.names()
+    assert set(methods.names()) == set(PARAMETERS)
+    by_name = {m["name"]: m for m in listed}
+    # the defaults a config gets (docs/configuration), and a required setting shown without one
+    assert (by_name["esa"]["settings"]["teachers"], by_name["esa"]["settings"]["shots"]) == (10, 4)
+    assert by_name["dps-mozo"]["settings"]["shots"] == 1 and by_name["adapmixed"]["settings"]["members"] == 20
+    assert by_name["synthetic-icl"]["settings"]["demos_dataset"] is None
+    assert by_name["sga"]["needs_public_data"] and not by_name["esa"]["needs_public_data"]
+    assert by_name["rnm"]["task_types"] == ["classification"] and by_name["dp-fewshot"]["kind"] == "synthesis"
+    assert all(m["paper"] and m["summary"] for m in listed)
 
 
-def test_every_method_a_config_can_name_is_planned():
-    assert _config_methods() == set(planning.METHODS) == set(PARAMETERS)
+def _json_list(result) -> list:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output.strip().splitlines()[-1])
 
 
 # the PRV calibrations (esa, rnm, dp-fewshot) take up to a minute on a busy CPU
@@ -155,3 +163,26 @@ def test_dp_fewshot_plan_on_classification_data_prices_the_smallest_label_pool(t
                                     "--shots", "2", "--queries", "2", "--max-new-tokens", "5", "--db", str(db),
                                     "--json"]))
     assert out["sampling_rate"] == pytest.approx(4 / 20)  # not 4/200, the whole dataset's rate
+
+
+def test_plan_of_a_config_is_the_plan_its_run_stores(budget_db, tmp_path):
+    """`dpicl plan CONFIG` prices exactly what `dpicl answer CONFIG` would store when its run opens."""
+    from dpicl.config import load_config
+    from dpicl.storage.db import connect
+    from dpicl.tasks.run import per_query_plan
+
+    config = tmp_path / "ksa.yaml"
+    config.write_text(yaml.safe_dump({"name": "ksa", "private_dataset": "priv", "backlog": "q",
+                                      "method": {"name": "ksa-ptr", "teachers": 5, "shots": 2,
+                                                 "planned_queries": 40, "delta0_fraction": 0.25}}))
+    out = _json(runner.invoke(app, ["plan", str(config), "--db", budget_db, "--json"]))
+    con = connect(budget_db, read_only=True)
+    try:
+        stored, event_json = per_query_plan(con, load_config(config))
+    finally:
+        con.close()
+    assert {k: v for k, v in out.items() if k != "budget"} == stored.numbers()
+    assert out["sampling_rate"] == pytest.approx(5 * 2 / 200) and out["queries"] == 40
+    assert out["delta0_fraction"] == 0.25 and out["budget"]["dataset"] == "priv"
+    mixed = runner.invoke(app, ["plan", str(config), "--method", "esa", "--db", budget_db])
+    assert mixed.exit_code == 2 and "--method" in mixed.output

@@ -17,13 +17,13 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 import typer  # noqa: E402
 
-from dpicl.cli import answer, audit, budget, demo, evaluate, ingest, plan, rerun, serve  # noqa: E402
+from dpicl.cli import answer, audit, budget, demo, evaluate, ingest, methods, plan, rerun, serve  # noqa: E402
 from dpicl.cli.errors import OneLineErrors  # noqa: E402
 
 # OneLineErrors runs every command inside the one error handler (dpicl.cli.errors.reported_errors)
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False, cls=OneLineErrors)
 app.add_typer(budget.budget_app, name="budget")
-for command in (ingest.ingest, plan.plan, answer.answer, answer.synthesize, evaluate.evaluate, answer.releases,
+for command in (ingest.ingest, methods.methods, plan.plan, answer.answer, answer.synthesize, evaluate.evaluate, answer.releases,
                 demo.demo, audit.audit, rerun.rerun, serve.serve):
     app.command()(command)
 

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from pydantic import ValidationError
 
-from dpicl import planning
+from dpicl import methods, planning
+from dpicl.methods.base import Budget, Facts
 from dpicl.cli.common import DbOption, JsonOption
 from dpicl.cli.common import check_names as _check_names
 from dpicl.cli.common import connect as _connect
@@ -18,14 +20,19 @@ from dpicl.cli.errors import fail as _fail
 
 
 def plan(
-    method: Annotated[str, typer.Option(help=f"one of: {', '.join(planning.METHODS)}")] = "esa",
+    config: Annotated[Optional[str], typer.Argument(
+        help="a run config (file or bundled name): plan exactly what `dpicl answer CONFIG` would store, against "
+             "its dataset's open budget; the method flags below are then not used")] = None,
+    method: Annotated[Optional[str], typer.Option(
+        help=f"one of: {', '.join(methods.names())} (default esa)")] = None,
     sampling_rate: Annotated[Optional[float], typer.Option(help="Poisson rate q per record and query")] = None,
     queries: Annotated[int, typer.Option(
         help="number of queries the budget must pay for (dp-fewshot: synthetic demonstrations)")] = 100,
     epsilon: Annotated[Optional[float], typer.Option(help="target ε (default: the dataset's budget)")] = None,
     delta: Annotated[Optional[float], typer.Option(help="target δ (default: the dataset's budget)")] = None,
     dataset: Annotated[Optional[str], typer.Option(help="private dataset whose open budget to plan against")] = None,
-    teachers: Annotated[int, typer.Option(help="teachers per query (sets q with --shots when q is not given)")] = 10,
+    teachers: Annotated[Optional[int], typer.Option(
+        help="teachers per query (sets q with --shots when q is not given; default 10)")] = None,
     shots: Annotated[Optional[int], typer.Option(
         help="demonstrations per teacher (default 4); dps-mozo: one-shot prompts per token (1; more need "
              "--accept-unproven-guarantee); dp-fewshot: per split (2)")] = None,
@@ -40,7 +47,7 @@ def plan(
         help="sga: per-query ε of the noisy counts, summed over the levels (default: see --em-epsilon)")]
     = None,
     dataset_size: Annotated[Optional[int], typer.Option(
-        help="dps-mozo, dp-fewshot: private records (default: the --dataset's)")] = None,
+        help="private records, for the default sampling rate (default: the --dataset's)")] = None,
     max_new_tokens: Annotated[Optional[int], typer.Option(
         help="dps-mozo, adapmixed, dp-fewshot: tokens per answer or demonstration (default 50)")] = None,
     alpha: Annotated[Optional[int], typer.Option(
@@ -58,65 +65,106 @@ def plan(
     as_json: JsonOption = False,
 ) -> None:
     """Per-query noise (or ε) for a target (ε, δ) and number of queries; and what an open budget can still pay."""
-    budget_state = None
+    settings_flags = {"teachers": teachers, "shots": shots, "delta0_fraction": delta0_fraction,
+                      "em_epsilon": em_epsilon, "levels": levels, "count_epsilon": count_epsilon, "alpha": alpha,
+                      "beta": beta, "members": members, "splits": splits, "mechanism": mechanism,
+                      "screen_lambda": screen_lambda, "screen_sigma": screen_sigma,
+                      "accept_unproven_guarantee": accept_unproven_guarantee or None}
+    given = {k: v for k, v in settings_flags.items() if v is not None}
+    if config is not None:
+        flags = [f"--{k.replace('_', '-')}" for k, v in {**given, "method": method, "sampling_rate": sampling_rate,
+                                                         "dataset": dataset, "dataset_size": dataset_size,
+                                                         "max_new_tokens": max_new_tokens, "epsilon": epsilon,
+                                                         "delta": delta}.items() if v is not None]
+        if flags:
+            _fail(f"{', '.join(flags)}: a config sets the method, its settings and the dataset; edit the config "
+                  "or plan without it")
+        result, budget_state = _plan_config(config, db)
+    else:
+        result, budget_state = _plan_flags(method or "esa", given, sampling_rate, queries, epsilon, delta, dataset,
+                                           dataset_size, max_new_tokens, db, as_json)
+    budget = None
+    if budget_state is not None:
+        try:
+            budget = planning.payable(budget_state, result)
+        except ValueError as err:  # e.g. an accountant that cannot compose this method with the ledger's events
+            _fail(f"cannot plan {result.method} against the budget of {budget_state['dataset']!r}: {err}")
+    if as_json:
+        print(json.dumps({**result.numbers(), **({"budget": budget} if budget is not None else {})}))
+        return
+    console.print(planning.describe(result, budget))
+
+
+def _budget_state(db, dataset: str) -> dict:
+    from dpicl.storage.db import DatabaseLockedError, SchemaVersionError
+
+    try:
+        return planning.budget_state(_connect(db, read_only=True), dataset)
+    except (SchemaVersionError, DatabaseLockedError, FileNotFoundError, ValueError, LookupError) as err:
+        _fail(str(err))
+
+
+def _plan_config(config: str, db):
+    """The plan `dpicl answer CONFIG` (or `dpicl synthesize CONFIG`) would store now, and the budget state."""
+    from dpicl.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as err:
+        _fail(str(err))
+    state = _budget_state(db, cfg.private_dataset)
+    m = methods.get(cfg.method.name)
+    facts = Facts(dataset_size=state["n_records"], max_new_tokens=cfg.generation.max_new_tokens,
+                  label_pool_sizes=tuple(state["label_pool_sizes"]))
+    epsilon = state["epsilon_limit"]
+    if m.kind == "synthesis" and cfg.synthetic is not None and cfg.synthetic.epsilon is not None:
+        epsilon = cfg.synthetic.epsilon  # a synthesis is calibrated for its own ε
+    try:
+        return m.plan(cfg.method, facts, Budget(epsilon, state["delta"])), state
+    except ValueError as err:
+        _fail(str(err))
+
+
+def _plan_flags(name, given, sampling_rate, queries, epsilon, delta, dataset, dataset_size, max_new_tokens, db,
+                as_json):
+    """The plan of method `name` with the settings given as flags (the others at the method's defaults)."""
     _check_names((dataset, "dataset name"))
+    try:
+        m = methods.get(name)
+    except ValueError as err:
+        _fail(str(err))
+    unknown = sorted(set(given) - set(m.Settings.model_fields))
+    if unknown:
+        _fail(f"method {name!r} takes no option {', '.join(unknown)}")
+    try:
+        settings = m.Settings.model_validate({"name": name, **given})
+    except ValidationError as err:
+        problems = [e for e in err.errors() if e["type"] != "missing"]  # e.g. synthetic-icl's demos_dataset
+        if problems:
+            _fail("; ".join(f"--{'.'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" for e in problems))
+        settings = m.Settings.model_construct(name=name, **given)
+    state = None
     if dataset is None and not as_json:
         dataset = _only_budget(db)
     if dataset is not None:
-        from dpicl.storage.db import DatabaseLockedError, SchemaVersionError
-
-        try:
-            budget_state = planning.budget_state(_connect(db, read_only=True), dataset)
-        except (SchemaVersionError, DatabaseLockedError, FileNotFoundError, ValueError, LookupError) as err:
-            _fail(str(err))
-        epsilon = epsilon if epsilon is not None else budget_state["epsilon_limit"]
-        delta = delta if delta is not None else budget_state["delta"]
-        dataset_size = dataset_size or budget_state["n_records"]
-    token_level = method in ("dps-mozo", "adapmixed", "dp-fewshot")
-    if token_level and max_new_tokens is None:
-        max_new_tokens = 50
-    if method == "dps-mozo":
-        shots = shots or 1
-        if dataset_size is None:
-            _fail("--dataset-size N needed for dps-mozo (or --dataset NAME to plan against its open budget)")
-        sampling_rate = sampling_rate or min(1.0, shots / dataset_size)
-    elif method in ("adapmixed", "synthetic-icl"):
-        sampling_rate = 1.0  # adapmixed: every member answers every token (no subsampling); synthetic-icl: free
-    elif sampling_rate is None and dataset_size is not None:
-        per_query = (splits or 10) * (shots or 2) if method == "dp-fewshot" else teachers * (shots or 4)
-        pools = (budget_state or {}).get("label_pool_sizes") if method == "dp-fewshot" else None
-        # a classification dataset's labels are generated from per-label pools: the smallest sets the rate
-        sampling_rate = min(1.0, per_query / (min(pools) if pools else dataset_size))
-    given = (("--sampling-rate", sampling_rate), ("--epsilon", epsilon), ("--delta", delta))
-    missing = [n for n, v in given if v is None]
-    if missing:
-        _fail(f"{', '.join(missing)} needed (or --dataset NAME to plan against its open budget)")
+        state = _budget_state(db, dataset)
+        epsilon = epsilon if epsilon is not None else state["epsilon_limit"]
+        delta = delta if delta is not None else state["delta"]
+        dataset_size = dataset_size or state["n_records"]
+    facts = Facts(dataset_size=dataset_size, max_new_tokens=max_new_tokens or 50,
+                  label_pool_sizes=tuple((state or {}).get("label_pool_sizes") or ()))
     try:
-        if method == "sga" and levels is None:
-            from dpicl.config import SGAConfig
-
-            levels = SGAConfig.model_fields["levels"].default
-        options = dict(delta0_fraction=delta0_fraction, em_epsilon=em_epsilon, levels=levels,
-                       count_epsilon=count_epsilon, alpha=alpha, beta=beta, members=members, splits=splits,
-                       mechanism=mechanism, screen_lambda=screen_lambda, screen_sigma=screen_sigma)
-        if token_level:
-            options["max_new_tokens"] = max_new_tokens
-        if method == "dps-mozo":
-            options.update(dataset_size=dataset_size, shots=shots,
-                           accept_unproven_guarantee=accept_unproven_guarantee or None)
-        result = planning.plan(method, sampling_rate=sampling_rate, queries=queries, epsilon=epsilon, delta=delta,
-                               **options)
+        if sampling_rate is None and (dataset_size is not None or not m.subsamples):
+            sampling_rate = m.sampling_rate(settings, facts)
+        missing = [n for n, v in (("--sampling-rate", sampling_rate), ("--epsilon", epsilon), ("--delta", delta))
+                   if v is None]
+        if missing:
+            _fail(f"{', '.join(missing)} needed (or --dataset NAME to plan against its open budget"
+                  + (", or --dataset-size N for the default sampling rate)" if "--sampling-rate" in missing else ")"))
+        return planning.plan(name, sampling_rate=sampling_rate, queries=queries, epsilon=epsilon, delta=delta,
+                             **m.plan_options(settings, facts)), state
     except ValueError as err:
         _fail(str(err))
-    if budget_state is not None:
-        try:
-            result["budget"] = planning.payable(budget_state, method, result)
-        except ValueError as err:  # e.g. an accountant that cannot compose this method with the ledger's events
-            _fail(f"cannot plan {method} against the budget of {dataset!r}: {err}")
-    if as_json:
-        print(json.dumps(result))
-        return
-    console.print(planning.describe(result))
 
 
 def _only_budget(db: Path | None) -> str | None:

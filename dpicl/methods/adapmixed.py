@@ -71,6 +71,7 @@ class AdaPMixED(TokenMethod):
                "zero-shot distribution inside a Rényi ball")
     paper = ("003: Flemings, Razaviyayn, Annavaram — Adaptively Private Next-Token Prediction of Large Language "
              "Models")
+    subsamples = False
     Settings = AdaPMixEDSettings
     Plan = AdaPMixEDPlan
     options = ("max_new_tokens", "members", "alpha", "beta", "screen_lambda", "screen_sigma", "top_k", "threshold")

@@ -127,6 +127,8 @@ class Method(ABC):
     Plan: ClassVar[type[Plan]]
     task_types: ClassVar[tuple[str, ...]] = ("summarization", "generation")
     needs_public: ClassVar[bool] = False
+    # whether its charge assumes a subsample of the private data (its sampling rate then follows the dataset size)
+    subsamples: ClassVar[bool] = True
     # keyword options of `calibrate` beyond (q, T, ε, δ) (`dpicl plan` flags); those without a default
     options: ClassVar[tuple[str, ...]] = ()
     required: ClassVar[tuple[str, ...]] = ()

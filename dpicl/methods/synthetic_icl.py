@@ -36,6 +36,7 @@ class SyntheticICL(Method):
     kind = "public"
     summary = "In-context learning with DP synthetic demonstrations (synthesize_demos): post-processing, free"
     paper = "002 and 000 (DPS-MOZO+Off): answering with DP synthetic demonstrations"
+    subsamples = False
     Settings = SyntheticICLSettings
     Plan = PublicPlan
     task_types = ("summarization", "generation", "classification")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from prv_accountant.dpsgd import find_noise_multiplier as _prv_find_noise_multiplier
 
+from ..search import bisect, bisect_int, doubling
 from .auto import AutoAccountant
 from .events import ComposedEvent, PrivacyEvent, SubsampledGaussianEvent
 from .prv import MAX_BYTES, PRVAccountant, mesh_bytes
@@ -112,18 +113,13 @@ def _rdp_noise_multiplier(sampling_rate: float, queries: int, epsilon: float, de
     def fits(nm: float) -> bool:
         return _epsilon_for(rdp, nm, sampling_rate, queries, delta) <= epsilon
 
-    hi = 1.0
-    while not fits(hi):
-        hi *= 2
-        if hi > 1e6:
-            raise RuntimeError("could not certify a noise multiplier; is the target ε reachable?")
+    _, hi = doubling(lambda nm: not fits(nm), 1.0, 1e6)  # the first of 1, 2, 4, … that fits
+    if hi is None:
+        raise RuntimeError("could not certify a noise multiplier; is the target ε reachable?")
     lo = hi / 2
-    while fits(lo) and lo > 1e-3:
+    while fits(lo) and lo > 1e-3:  # halve down to one that does not fit (or the floor)
         lo, hi = lo / 2, lo
-    while hi - lo > _REL_TOL * lo:
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    return hi
+    return bisect(fits, hi, lo, rel_tol=_REL_TOL, relative_to="lower")  # hi fits
 
 
 def _library_search_fits(nm_rdp: float, sampling_rate: float, queries: int, delta: float) -> bool:
@@ -208,18 +204,13 @@ def calibrate_noise_multiplier(
 
     if fits(nm):
         return nm
-    # Grow the step until the bound fits, then bisect between the last failure and the first success.
-    lo, step = nm, 1e-3
-    hi = nm * (1 + step)
-    while not fits(hi):
-        lo, step = hi, step * 2
-        hi = nm * (1 + step)
-        if step > 10:
-            raise RuntimeError("could not certify a noise multiplier; is the target ε reachable?")
-    while hi - lo > _REL_TOL * lo:
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    return hi  # the feasible end of the bracket
+    # Grow the step (nm·(1 + step), step = 0.001, 0.002, …) until the bound fits, then bisect between the last
+    # failure and the first success; the feasible end of the bracket is returned.
+    failed, step = doubling(lambda s: not fits(nm * (1 + s)), 1e-3, 10)
+    if step is None:
+        raise RuntimeError("could not certify a noise multiplier; is the target ε reachable?")
+    lo = nm if failed is None else nm * (1 + failed)
+    return bisect(fits, nm * (1 + step), lo, rel_tol=_REL_TOL, relative_to="lower")
 
 
 def max_additional(
@@ -293,11 +284,7 @@ def _largest_fitting(eps, limit: float, upper: int) -> int:
         hi = min(upper, hi * 2)
     if eps(hi) <= limit:
         return hi
-    lo = hi // 2  # fits (or 0)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if eps(mid) <= limit else (lo, mid)
-    return lo
+    return bisect_int(lambda k: eps(k) <= limit, hi // 2, hi)  # hi // 2 fits (or is 0)
 
 
 def plan_gaussian(method: str, sensitivity: float, sampling_rate: float, queries: int, epsilon: float,

@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+from ..search import bisect_int, doubling
 from .auto import choose_accountant, total_epsilon
 from .events import ComposedEvent, PrivacyEvent, event_from_json
 from .prv import PRVAccountant
@@ -129,11 +130,8 @@ def _reach(rdp: RDPAccountant, counts: Mapping[str, int], event_json: str, delta
     target = rdp_at(count) * (1 + TOLERANCE)
     if not math.isfinite(target):
         return count
-    fits, step = count, 1
-    while step <= 1 << 30 and rdp_at(count + step) <= target:
-        fits, step = count + step, step * 2
-    too_far = count + step
-    while too_far - fits > 1:
-        mid = (fits + too_far) // 2
-        fits, too_far = (mid, too_far) if rdp_at(mid) <= target else (fits, mid)
-    return fits
+    # count + 1, count + 2, count + 4, … while within the target (up to count + 2^30), then bisect the last step
+    last, first = doubling(lambda step: rdp_at(count + step) <= target, 1, 1 << 30)
+    fits = count if last is None else count + last
+    too_far = count + (2 * last if first is None else first)
+    return bisect_int(lambda n: rdp_at(n) <= target, fits, too_far)

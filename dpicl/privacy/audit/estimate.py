@@ -37,6 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import beta as beta_dist
 
+from ..search import smallest
+
 __all__ = [
     "EventBound",
     "SamplePair",
@@ -331,13 +333,6 @@ def pair_epsilon(p, q, delta: float) -> float:
 
     if excess(0.0) <= delta:
         return 0.0
-    hi = 1.0
-    while excess(hi) > delta:
-        hi *= 2
-        if hi > 700:
-            return math.inf
-    lo = 0.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if excess(mid) <= delta else (mid, hi)
-    return hi
+    # the smallest ε whose excess is ≤ δ (the upper end of the final bracket)
+    eps = smallest(lambda e: excess(e) <= delta, start=1.0, limit=700, lower=0.0, steps=100)
+    return math.inf if eps is None else eps

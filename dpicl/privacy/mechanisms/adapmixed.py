@@ -66,6 +66,7 @@ from ..accounting.events import FixedOrderRDPEvent
 from ..accounting.rdp import bbghs_epsilon
 from ..accounting.wor import conversion_term, fixed_order_budget
 from ..errors import shown
+from ..search import largest
 from .renyi import largest_feasible, renyi_divergence, symmetric_renyi
 
 METHOD = "adapmixed"  # name in `dpicl plan` and label of the ledger event
@@ -447,18 +448,8 @@ def step(private_logprobs, public_logprobs, *, beta: float, alpha: float = ALPHA
 
 
 def _largest_beta(fits) -> float:
-    """Largest β > 0 with fits(β) (the feasible end of the bracket); 0.0 if none fits."""
-    lo, hi = 0.0, 1e-3
-    while fits(hi):
-        lo, hi = hi, 2 * hi
-        if hi > _BETA_MAX:
-            return lo
-    for _ in range(_BISECT_STEPS):
-        mid = (lo + hi) / 2
-        if not lo < mid < hi:
-            break
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
+    """Largest β > 0 with fits(β) (the feasible end of the bracket, ``search.largest``); 0.0 if none fits."""
+    return largest(fits, start=1e-3, limit=_BETA_MAX, steps=_BISECT_STEPS)
 
 
 def plan(queries: int, max_new_tokens: int, epsilon: float, delta: float, *, members: int = MEMBERS,

@@ -49,6 +49,7 @@ from ..accounting.auto import total_epsilon
 from ..accounting.calibration import plan_gaussian
 from ..accounting.events import ComposedEvent, PrivacyEvent, SubsampledGaussianEvent, SubsampledPureDPEvent
 from ..errors import shown
+from ..search import bisect
 
 METHOD = "dp-fewshot"  # name in plans
 MECHANISM = "dp_fewshot"  # label of the ledger events
@@ -373,10 +374,7 @@ def _exponential_epsilon0(sampling_rate: float, tokens: int, epsilon: float, del
             if safe_fits(lo):
                 break
             hi, step = lo, 2 * step
-    while hi - lo > _REL_TOL * lo:
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if safe_fits(mid) else (lo, mid)
-    return lo
+    return bisect(safe_fits, lo, hi, rel_tol=_REL_TOL, relative_to="lower")  # lo fits, hi does not
 
 
 def plan(sampling_rate: float, tokens: int, epsilon: float, delta: float, *, splits: int,

@@ -63,6 +63,7 @@ from ..accounting.events import DPSMozoEvent
 from ..accounting.rdp import bbghs_epsilon
 from ..accounting.wor import dps_mozo_rdp, fixed_order_budget
 from ..errors import shown
+from ..search import largest
 from .renyi import largest_feasible, symmetric_renyi
 
 METHOD = "dps-mozo"  # name in `dpicl plan`
@@ -411,14 +412,7 @@ def calibrate_beta(sampling_rate: float, steps: int, epsilon: float, delta: floa
     def fits(beta: float) -> bool:
         return _fits(beta, alpha, q, steps, budget, epsilon, delta)
 
-    lo, hi = 0.0, 1.0
-    while fits(hi):
-        lo, hi = hi, 2 * hi
-        if hi > 1e6:
-            return lo
-    while hi - lo > _BETA_REL_TOL * hi:
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    lo = largest(fits, start=1.0, limit=1e6, rel_tol=_BETA_REL_TOL)  # the feasible end; 0.0: none fits
     if lo == 0.0:
         raise ValueError(f"no β > 0 fits ε = {epsilon:g} over {steps} token steps at α = {alpha}; "
                          "raise epsilon or lower queries / max_new_tokens")

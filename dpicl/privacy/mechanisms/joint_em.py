@@ -21,6 +21,7 @@ import numpy as np
 
 from ..accounting.auto import total_epsilon
 from ..accounting.events import SubsampledExponentialEvent
+from ..search import largest
 
 # One record replaces one teacher output: each count moves by ≤ 1, but one count can rise while another falls,
 # so a difference c_i − c_j moves by ≤ 2 (Gillenwater's SWAP case). The papers' code used 1 (MECHANISMS §12.1.4).
@@ -180,14 +181,7 @@ def per_query_epsilon(sampling_rate: float, queries: int, epsilon: float, delta:
     def fits(x: float) -> bool:
         return total_epsilon([cost(x, sampling_rate)] * queries, delta) <= epsilon
 
-    lo, hi = 0.0, 1.0  # invariant: lo fits (0 is "no release"); hi does not, once found
-    while fits(hi):
-        lo, hi = hi, 2 * hi
-        if hi > _EPS_MAX:
-            return lo
-    while hi - lo > _REL_TOL * hi:
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    lo = largest(fits, start=1.0, limit=_EPS_MAX, rel_tol=_REL_TOL)  # 0 ("no release") when nothing fits
     if lo == 0.0:
         raise ValueError(f"ε = {epsilon:g} at δ = {delta:g} is too small for {queries} queries")
     return lo

@@ -28,6 +28,7 @@ from scipy.special import ndtri
 
 from ..accounting.auto import total_epsilon
 from ..accounting.events import SubsampledPTREvent
+from ..search import smallest
 from . import joint_em
 
 SENSITIVITY = 2.0  # of a gap between consecutive sorted counts (module docstring)
@@ -183,17 +184,12 @@ def _smallest_noise_multiplier(epsilon_em: float, delta0: float, sampling_rate: 
     def fits(nm: float) -> bool:
         return total_epsilon([cost(epsilon_em, nm, delta0, sampling_rate)] * queries, delta) <= epsilon
 
-    hi = 1.0
-    while not fits(hi):
-        hi *= 2
-        if hi > _NM_MAX:
-            raise ValueError(f"no noise multiplier fits ε = {epsilon:g}: FindBestK with ε_EM = {epsilon_em:g} "
-                             f"alone spends it over {queries} queries")
-    lo = 0.0  # as nm → 0 the Gaussian RDP (and ε) grows without bound
-    while hi - lo > _REL_TOL * hi:
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    return hi
+    # as nm → 0 the Gaussian RDP (and ε) grows without bound: 0 is the infeasible end
+    nm = smallest(fits, start=1.0, limit=_NM_MAX, lower=0.0, rel_tol=_REL_TOL)
+    if nm is None:
+        raise ValueError(f"no noise multiplier fits ε = {epsilon:g}: FindBestK with ε_EM = {epsilon_em:g} "
+                         f"alone spends it over {queries} queries")
+    return nm
 
 
 def plan(

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import numpy as np
 from scipy.special import logsumexp
 
+from ..search import bisect
+
 
 def renyi_divergence(p: np.ndarray, q: np.ndarray, alpha: float) -> float:
     """D_α(p ‖ q) = 1/(α−1)·log Σ p^α q^{1−α} for probability vectors on the same support, α > 1.
@@ -42,17 +44,11 @@ def largest_feasible(feasible: Callable[[float], bool], upper: float, iterations
     """The largest λ ∈ [0, ``upper``] found by bisection with ``feasible(λ)`` true; ``upper`` when it is feasible.
 
     ``feasible(0)`` must hold (the public distribution itself). The result always satisfies ``feasible`` —
-    the lower end of the final bracket — so a mechanism that mixes with it stays inside its Rényi ball.
+    the lower end of the final bracket (``search.bisect``, ``iterations`` steps) — so a mechanism that mixes with it
+    stays inside its Rényi ball.
     """
     if not feasible(0.0):
         raise ValueError("λ = 0 must be feasible (the public distribution is inside its own ball)")
     if feasible(upper):
         return float(upper)
-    lo, hi = 0.0, float(upper)
-    for _ in range(iterations):
-        mid = (lo + hi) / 2
-        if feasible(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return bisect(feasible, 0.0, float(upper), steps=iterations)

@@ -17,12 +17,11 @@ smallest that keeps the whole composition within (ε, δ). The split is a heuris
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..accounting.auto import total_epsilon
 from ..accounting.events import SubsampledDPMEvent
+from ..search import bisect, largest
 from .dpm import level_shares
 
 METHOD = "sga"  # name in `dpicl plan`
@@ -59,18 +58,10 @@ def _pure_part_epsilon(em_epsilon: float, count_epsilon: float, levels: int, sam
 
 
 def _largest(fits) -> float:
-    """Largest x > 0 with fits(x), to _REL_TOL (the feasible end of the bracket); 0.0 if none."""
-    lo, hi = 0.0, 1.0
-    while fits(hi):
-        lo, hi = hi, 2 * hi
-        if hi > 1e3:
-            return lo
-    while hi - lo > _REL_TOL * hi:
-        if hi < _EPS_FLOOR:  # nothing useful fits
-            return 0.0
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
+    """Largest x > 0 with fits(x), to _REL_TOL (the feasible end of the bracket); 0.0 if none (or only values the
+    bracket places below _EPS_FLOOR: nothing useful fits)."""
+    x = largest(fits, start=1.0, limit=1e3, rel_tol=_REL_TOL, give_up_below=_EPS_FLOOR)
+    return 0.0 if x is None else x
 
 
 def _pure_parts(levels: int, sampling_rate: float, queries: int, target: float, delta: float,
@@ -109,11 +100,9 @@ def plan(sampling_rate: float, queries: int, epsilon: float, delta: float, *, le
     if not fits(_NM_MAX):
         raise ValueError(f"the split choices (ε_EM = {em_epsilon:g}) and counts (ε = {count_epsilon:g}) per query "
                          f"already exceed ε = {epsilon:g} over {queries} queries; lower em_epsilon / count_epsilon")
-    lo, hi = 1e-3, _NM_MAX  # smallest nm that fits: hi fits, lo does not (or is the floor)
-    while hi - lo > _REL_TOL * hi:
-        mid = math.sqrt(lo * hi) if hi / lo > 4 else (lo + hi) / 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    event = cost(em_epsilon, count_epsilon, hi, levels, sampling_rate)
+    # smallest nm that fits: _NM_MAX fits, 1e-3 does not (or is the floor); geometric steps across the decades
+    nm = bisect(fits, _NM_MAX, 1e-3, rel_tol=_REL_TOL, geometric_above=4)
+    event = cost(em_epsilon, count_epsilon, nm, levels, sampling_rate)
     return {
         "method": METHOD,
         "epsilon": epsilon,
@@ -125,7 +114,7 @@ def plan(sampling_rate: float, queries: int, epsilon: float, delta: float, *, le
         "count_epsilon": count_epsilon,
         "em_epsilons": list(event.em_epsilons),
         "count_scales": [1 / e for e in event.count_epsilons],
-        "noise_multiplier": hi,
+        "noise_multiplier": nm,
         "sensitivity": SENSITIVITY,
         "sigma": event.sigma,
         "epsilon_certified": total_epsilon([event] * queries, delta),

@@ -219,7 +219,7 @@ def test_failure_after_query_inserts_leaves_nothing(con, tmp_path, monkeypatch):
     def crash(self):
         raise RuntimeError("crash after insert")
 
-    monkeypatch.setattr(ingest._Source, "drop", crash)
+    monkeypatch.setattr(ingest.SourceFile, "drop", crash)
     with pytest.raises(RuntimeError, match="crash after insert"):
         ingest_queries(con, path, "b", FieldMap(id="id", input="q"))
     assert snapshot(con) == before

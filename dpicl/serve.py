@@ -6,10 +6,10 @@ What it does, in order:
    `$PREFECT_HOME`), with `PREFECT_API_URL` pointing at itself so that the UI talks to the right port;
 2. waits for `GET /api/health` to answer 200 (fails with the tail of the server log if it exits or times out);
 3. builds the deployments and serves them in this process with `prefect.serve` (a `Runner`): `answer-backlog`
-   on the schedule given (interval or cron), `evaluate` and — when `dpicl/flows/rerun.py` exists — `rerun`
-   without a schedule (run them from the UI or `prefect deployment run`). Each flow run is a child process
-   (`python -m prefect.engine`), at most one at a time: DuckDB takes one writer anyway, and every writing flow
-   runs under the database's concurrency limit (`dpicl.flows.locking`);
+   on the schedule given (interval or cron), `evaluate` and `rerun` without a schedule (run them from the UI or
+   `prefect deployment run`). Each flow run is a child process (`python -m prefect.engine`), at most one at a
+   time: DuckDB takes one writer anyway, and every writing flow runs under the database's concurrency limit
+   (`dpicl.flows.locking`);
 4. prints the UI address and runs until Ctrl-C (SIGINT) or SIGTERM, then stops the runner (pausing the schedules)
    and the server, and returns.
 
@@ -221,18 +221,9 @@ def start_server(host: str, port: int, prefect_home: Path,
         raise
 
 
-def _rerun_available() -> bool:
-    """Whether the `rerun` flow's module exists (it is optional here)."""
-    try:
-        import dpicl.flows.rerun  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def build_deployments(interval: float | None = None, cron: str | None = None) -> list:
-    """RunnerDeployments of the `dpicl.served` flows: answer-backlog on the schedule, evaluate and rerun (if
-    present) on demand. Config, database and limits are not parameters: `dpicl.served.Deployment` fixes them."""
+    """RunnerDeployments of the `dpicl.served` flows: answer-backlog on the schedule, evaluate and rerun on
+    demand. Config, database and limits are not parameters: `dpicl.served.Deployment` fixes them."""
     from prefect.types.entrypoint import EntrypointType
 
     from dpicl import served
@@ -252,12 +243,11 @@ def build_deployments(interval: float | None = None, cron: str | None = None) ->
         served.evaluate.to_deployment(
             DEPLOYMENT_NAMES["evaluate"],
             description="Privacy–utility sweep of bundled configs on benchmark data; charges no budget.", **common),
-    ]
-    if _rerun_available():
-        deployments.append(served.rerun.to_deployment(
+        served.rerun.to_deployment(
             DEPLOYMENT_NAMES["rerun"],
             description="Re-aggregate a run from stored artifacts with its own config (charged where it makes a "
-                        "new release).", **common))
+                        "new release).", **common),
+    ]
     return deployments
 
 

@@ -17,15 +17,14 @@ from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
 
 
-def release_answers(con, cfg: Config, method, aggregates: dict[str, Any], features: dict[str, dict[str, str]],
-                    backend_of=context.backend):
+def release_answers(con, cfg: Config, method, aggregates: dict[str, Any], features: dict[str, dict[str, str]]):
     """The method's answers from the DP aggregates and the public artifacts its release reads: (query id, answer,
-    details) per query. `backend_of(cfg)` is loaded only when the method's release calls the LLM."""
+    details) per query. The run's backend is loaded only when the method's release calls the LLM."""
     public_keys = [features[q][k] for q in aggregates for k in method.release_needs if k in features[q]]
     stored = get_artifacts(con, public_keys)
     public = {q: {k: stored[features[q][k]] for k in method.release_needs if k in features[q]} for q in aggregates}
     queries = {q: r.input for q, r in get_queries(con, cfg.backlog, list(aggregates)).items()}
-    return method.release(cfg, aggregates, public, queries, _Lazy(lambda: backend_of(cfg)))
+    return method.release(cfg, aggregates, public, queries, _Lazy(lambda: context.backend(cfg)))
 
 
 class _Lazy:

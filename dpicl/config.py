@@ -239,7 +239,7 @@ class Config(_Strict):
     generation: GenerationConfig = GenerationConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
     # the method and its settings (dpicl/methods/: each method validates its own section)
-    method: SerializeAsAny[MethodSettings] = Field(default_factory=lambda: methods.get("esa").Settings())
+    method: SerializeAsAny[MethodSettings] = Field(default_factory=lambda: methods.get(methods.DEFAULT).Settings())
     # queries handled per stage batch: one backend call covers all prompts of this many queries
     batch_queries: int = Field(8, ge=1)
     # synthesize_demos: where the DP synthetic demonstrations go (a new public dataset) and, for open-form

@@ -24,7 +24,7 @@ def plan(
         help="a run config (file or bundled name): plan exactly what `dpicl answer CONFIG` would store, against "
              "its dataset's open budget; the method flags below are then not used")] = None,
     method: Annotated[Optional[str], typer.Option(
-        help=f"one of: {', '.join(methods.names())} (default esa)")] = None,
+        help=f"one of: {', '.join(methods.names())} (default {methods.DEFAULT})")] = None,
     sampling_rate: Annotated[Optional[float], typer.Option(help="Poisson rate q per record and query")] = None,
     queries: Annotated[int, typer.Option(
         help="number of queries the budget must pay for (dp-fewshot: synthetic demonstrations)")] = 100,
@@ -81,7 +81,7 @@ def plan(
                   "or plan without it")
         result, budget_state = _plan_config(config, db)
     else:
-        result, budget_state = _plan_flags(method or "esa", given, sampling_rate, queries, epsilon, delta, dataset,
+        result, budget_state = _plan_flags(method or methods.DEFAULT, given, sampling_rate, queries, epsilon, delta, dataset,
                                            dataset_size, max_new_tokens, db, as_json)
     budget = None
     if budget_state is not None:

@@ -14,6 +14,8 @@ from dpicl.methods.base import Method
 _BUILTIN = ("esa", "rnm", "ksa_jem", "ksa_ptr", "sga", "ksa_public", "dps_mozo", "adapmixed", "dp_fewshot",
             "synthetic_icl")
 _REGISTRY: dict[str, Method] = {}
+# the method of a config that names none, and of `dpicl plan` without --method
+DEFAULT = "esa"
 
 
 def register(method: type[Method]) -> type[Method]:

@@ -28,6 +28,8 @@ from dpicl.config import load_config
 from dpicl.embeddings.candidates import nearest_candidate
 from dpicl.evaluation.sweep import nonprivate
 from dpicl.inference.base import GenerationParams
+from dpicl.inference.teachers import greedy_params, label_votes
+from dpicl.methods.base import aggregate_as_planned
 from dpicl.metrics import accuracy, rouge
 from dpicl.privacy.rng import make_rng
 from dpicl.privacy.sampling import assign_teachers, default_sampling_rate
@@ -36,9 +38,6 @@ from dpicl.storage import get_dataset, load_records
 from dpicl.storage.db import connect
 from dpicl.storage.ingest import ingest_source
 from dpicl.tasks import context
-from dpicl.tasks.aggregate import aggregate_as_planned
-from dpicl.methods.base import greedy_params
-from dpicl.tasks.infer import label_votes
 
 TASKS = {
     "samsum": (["samsum-esa", "samsum-ksa-jem", "samsum-ksa-ptr"], 5e-5),

@@ -26,18 +26,23 @@ from dpicl import planning
 from dpicl.config import load_config
 from dpicl.embeddings.candidates import public_candidates
 from dpicl.evaluation.sweep import nonprivate
+from dpicl.inference.teachers import greedy_params
+from dpicl.methods.base import aggregate_as_planned
+from dpicl.methods.sga import selection as sga_prompt
 from dpicl.metrics import evaluate
 from dpicl.privacy.rng import make_rng
 from dpicl.privacy.sampling import assign_teachers, default_sampling_rate
-from dpicl.prompts import keyword_prompt, public_ensemble, render_prompt, zero_shot_prompt
+from dpicl.prompts import (
+    keyword_prompt,
+    public_ensemble,
+    public_key,
+    render_prompt,
+    zero_shot_prompt,
+)
 from dpicl.storage import get_dataset, load_records
 from dpicl.storage.db import connect
 from dpicl.storage.ingest import ingest_source
 from dpicl.tasks import context
-from dpicl.tasks.aggregate import aggregate_as_planned
-from dpicl.methods.base import greedy_params
-from dpicl.tasks.prompt import public_key
-from dpicl.methods.sga import selection as sga_prompt
 
 INF = float("inf")
 

@@ -62,3 +62,8 @@ def public_ensemble(task: TaskConfig, demonstrations: Sequence[tuple[str, str]],
     example_input, example_output = groups[0][-1]
     return ([render_prompt(task, g, query) for g in groups],
             task.demo_template.format(input=example_input, output=example_output))
+
+
+def public_key(public_dataset: str, query: str) -> str:
+    """What the public ensemble's draw for a query depends on (the same in every run: its outputs are cached)."""
+    return f"{public_dataset}\0{hashlib.sha256(query.encode()).hexdigest()}"

@@ -77,9 +77,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpicl.config import Config, TaskConfig
+from dpicl.inference.teachers import greedy_params
 from dpicl.privacy.mechanisms import adapmixed, dps_mozo
 from dpicl.prompts import render_prompt, zero_shot_prompt
-from dpicl.tasks.infer import greedy_params
 
 Record = tuple[str, str]  # (input, output) of one private record
 

@@ -23,20 +23,24 @@ from dpicl import planning
 from dpicl.config import Config
 from dpicl.embeddings.candidates import nearest_candidate, public_candidates
 from dpicl.inference.base import GenerationParams
+from dpicl.inference.teachers import greedy_params, label_votes
 from dpicl.keywords import keywords
+from dpicl.methods.base import aggregate_as_planned
+from dpicl.methods.ksa_public import public_domain
+from dpicl.methods.sga import selection as sga_prompt
 from dpicl.metrics import evaluate as evaluate_metrics
 from dpicl.privacy.mechanisms import dpm, joint_em, ksa_ptr
 from dpicl.privacy.sampling import assign_teachers, default_sampling_rate
-from dpicl.prompts import keyword_prompt, public_ensemble, render_prompt, zero_shot_prompt
+from dpicl.prompts import (
+    keyword_prompt,
+    public_ensemble,
+    public_key,
+    render_prompt,
+    zero_shot_prompt,
+)
 from dpicl.storage import get_dataset, load_records
 from dpicl.storage.db import connect
 from dpicl.storage.ingest import ingest_source
-from dpicl.methods.base import greedy_params
-from dpicl.methods.ksa_public import public_domain
-from dpicl.methods.sga import selection as sga_prompt
-from dpicl.tasks.aggregate import aggregate_as_planned
-from dpicl.tasks.infer import label_votes
-from dpicl.tasks.prompt import public_key
 
 INF = math.inf
 SWEEP_METHODS = ("esa", "rnm", "ksa-jem", "ksa-ptr", "sga", "ksa-public")

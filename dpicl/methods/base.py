@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dpicl.inference.base import GenerationParams
 from dpicl.privacy.accounting.events import PrivacyEvent
 from dpicl.privacy.sampling import default_sampling_rate
 
@@ -172,13 +171,6 @@ class Method(ABC):
         return {k: getattr(plan, k) for k in self.plan_details}
 
 
-def greedy_params(cfg: Config) -> GenerationParams:
-    """The run's generation settings (greedy unless the config says otherwise)."""
-    gen = cfg.generation
-    return GenerationParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p,
-                            stop=tuple(gen.stop))
-
-
 def check_synthesis_inputs(cfg: Config) -> None:
     """Synthetic demonstrations of an open-form task answer inputs of the public dataset."""
     if cfg.synthetic is not None and cfg.task.type != "classification" and not cfg.public_dataset:
@@ -239,3 +231,14 @@ class GaussianPlan(Plan):
     def describe(self) -> str:
         return (f"  noise multiplier {self.noise_multiplier:.5f} per unit sensitivity; sensitivity "
                 f"{self.sensitivity:g}; noise std σ = {self.sigma:.5f}")
+
+
+def aggregate_as_planned(cfg: Config, plan: Plan, inputs: Mapping[str, Any], rng) -> Any:
+    """One DP aggregate outside the ledger (evaluation and benchmarks, which release nothing), checked against the
+    event of its own plan as the pipeline checks it against the reservation."""
+    from dpicl import methods
+    from dpicl.privacy.accounting.guard import require_paid
+
+    planned = plan.event()
+    return methods.get(cfg.method.name).aggregate(cfg, plan, plan.sampling_rate, inputs, rng,
+                                                  lambda used: require_paid(planned, used))

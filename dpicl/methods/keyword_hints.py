@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pydantic import field_validator
 
-from dpicl.methods.base import EnsembleMethod, EnsembleSettings, greedy_params
+from dpicl.inference.teachers import greedy_params
+from dpicl.methods.base import EnsembleMethod, EnsembleSettings
 from dpicl.prompts import keyword_prompt
 
 

@@ -10,14 +10,9 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from dpicl.embeddings.candidates import public_candidates
+from dpicl.inference.teachers import greedy_params
 from dpicl.methods import register
-from dpicl.methods.base import (
-    EnsembleMethod,
-    EnsembleSettings,
-    Plan,
-    PublicTexts,
-    greedy_params,
-)
+from dpicl.methods.base import EnsembleMethod, EnsembleSettings, Plan, PublicTexts
 from dpicl.privacy.accounting.events import SubsampledDPMEvent
 from dpicl.privacy.mechanisms import dpm, sga
 from dpicl.prompts import selection_prompt

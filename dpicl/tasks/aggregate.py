@@ -8,13 +8,9 @@ checking that their event is the one reserved (privacy invariant 9).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from prefect import get_run_logger, task
 
-from dpicl import methods
-from dpicl.config import Config
-from dpicl.methods.base import Plan
 from dpicl.privacy.accounting.events import event_from_json
 from dpicl.privacy.accounting.guard import PrivacyGuardError, require_paid
 from dpicl.privacy.rng import make_rng
@@ -22,14 +18,6 @@ from dpicl.storage import set_query_status
 from dpicl.storage.artifacts import artifact_key, get_artifacts, put_artifact
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
-
-
-def aggregate_as_planned(cfg: Config, plan: Plan, inputs: dict[str, Any], rng) -> Any:
-    """One DP aggregate outside the ledger (evaluation and benchmarks, which release nothing), checked against
-    the event of its own plan as the pipeline checks it against the reservation."""
-    planned = plan.event()
-    return methods.get(cfg.method.name).aggregate(cfg, plan, plan.sampling_rate, inputs, rng,
-                                                  lambda used: require_paid(planned, used))
 
 
 def unamplified(event_json: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prefect import get_run_logger, task
 
-from dpicl.methods.base import greedy_params
+from dpicl.inference.teachers import greedy_params
 from dpicl.privacy.accounting.guard import require_paid
 from dpicl.prompts import public_teacher_groups, render_prompt
 from dpicl.storage import get_dataset, get_queries, load_records

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-import numpy as np
 from prefect import get_run_logger, task
 
 from dpicl.config import Config
-from dpicl.inference.base import require
-from dpicl.methods.base import greedy_params
+from dpicl.inference.teachers import greedy_params, label_votes
 from dpicl.storage.artifacts import (
     artifact_key,
     get_artifacts,
@@ -24,16 +22,6 @@ from dpicl.storage.artifacts import (
 )
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
-
-
-def label_votes(backend, prompts: list[str], cfg: Config) -> list[int]:
-    """Each prompt's most likely label (index into task.labels) by the next-token log-probabilities."""
-    require(backend, "label_logprobs")
-    if not prompts:
-        return []
-    scores = backend.label_logprobs(prompts, [cfg.task.label_prefix + label for label in cfg.task.labels],
-                                    progress=True)
-    return np.argmax(np.asarray(scores), axis=1).astype(int).tolist()
 
 
 @task(name="infer", **STAGE)

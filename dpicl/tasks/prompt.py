@@ -10,7 +10,7 @@ import hashlib
 from prefect import get_run_logger, task
 
 from dpicl.config import Config
-from dpicl.prompts import public_ensemble, render_prompt, zero_shot_prompt
+from dpicl.prompts import public_ensemble, public_key, render_prompt, zero_shot_prompt
 from dpicl.storage import get_dataset, get_queries, load_records
 from dpicl.storage.artifacts import artifact_key, get_artifacts, put_artifact
 from dpicl.tasks import context
@@ -80,8 +80,3 @@ def _public_ensemble(con, cfg: Config, run_id: str, query_id: str, query: str, r
         "public_example": put_artifact(con, artifact_key("public_example", [], params), "public_example",
                                        cfg.backlog, query_id, example, private=False, run_id=run_id),
     }
-
-
-def public_key(public_dataset: str, query: str) -> str:
-    """What the public ensemble's draw for a query depends on (the same in every run: its outputs are cached)."""
-    return f"{public_dataset}\0{hashlib.sha256(query.encode()).hexdigest()}"

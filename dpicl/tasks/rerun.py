@@ -38,9 +38,10 @@ from pydantic import ValidationError
 
 from dpicl import methods
 from dpicl.config import Config, ConfigError, load_config
+from dpicl.methods.base import Facts
 from dpicl.privacy.accounting import ledger_epsilon
 from dpicl.privacy.accounting.events import PublicDataEvent, event_from_json
-from dpicl.methods.base import Facts
+from dpicl.privacy.accounting.guard import PrivacyGuardError
 from dpicl.prompts import zero_shot_prompt
 from dpicl.storage import get_dataset, get_queries
 from dpicl.storage.artifacts import artifact_key
@@ -63,7 +64,6 @@ from dpicl.storage.runs import (
     stored_plan,
 )
 from dpicl.tasks import context
-from dpicl.privacy.accounting.guard import PrivacyGuardError
 from dpicl.tasks.aggregate import unamplified
 from dpicl.tasks.common import STAGE
 from dpicl.tasks.infer import candidates_key

@@ -206,7 +206,6 @@ def test_rnm_with_a_plan_that_differs_from_the_reserved_event_draws_nothing(clas
 
 
 def test_dp_fewshot_with_a_plan_that_differs_from_its_charge_generates_nothing(public_env, monkeypatch):  # noqa: F811
-    from dpicl.tasks import synthesize
 
     config, db = public_env
     _edit(config, method={"name": "dp-fewshot", "splits": 3, "shots": 2, "demos": 2, "top_k": 10},

@@ -101,7 +101,7 @@ def test_ksa_ptr_releases_a_certified_set_or_the_zero_shot_answer_and_always_cha
 def test_a_backend_without_label_scores_is_refused_with_a_clear_error():
     from dpicl.config import Config
     from dpicl.inference.base import UnsupportedCapabilityError
-    from dpicl.tasks.infer import label_votes
+    from dpicl.inference.teachers import label_votes
 
     class TextOnly:
         name = "text-only"

@@ -7,7 +7,8 @@ without noise, "zero-shot" the greedy answer without demonstrations, "few-shot" 
 teachers' answers. A sweep releases nothing and charges no ledger: it is a benchmark tool. Its non-private rows
 describe the private data, so run it on benchmark data, not on production datasets.
 
-Methods: the sample-level ones (esa, rnm, ksa-jem, ksa-ptr, sga, ksa-public); the token-level methods have
+Methods: the ensemble methods of the registry (`dpicl methods`), each aggregating with its own `aggregate` (or its
+noise-free `nonprivate`) and answering with its own `release`, as in the pipeline; the token-level methods have
 `benchmarks/token_level.py`.
 """
 
@@ -19,20 +20,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dpicl import planning
+from dpicl import methods, planning
 from dpicl.config import Config
-from dpicl.embeddings.candidates import nearest_candidate, public_candidates
-from dpicl.inference.base import GenerationParams
 from dpicl.inference.teachers import greedy_params, label_votes
-from dpicl.keywords import keywords
 from dpicl.methods.base import aggregate_as_planned
-from dpicl.methods.ksa_public import public_domain
-from dpicl.methods.sga import selection as sga_prompt
 from dpicl.metrics import evaluate as evaluate_metrics
-from dpicl.privacy.mechanisms import dpm, joint_em, ksa_ptr
 from dpicl.privacy.sampling import assign_teachers, default_sampling_rate
 from dpicl.prompts import (
-    keyword_prompt,
     public_ensemble,
     public_key,
     render_prompt,
@@ -43,7 +37,14 @@ from dpicl.storage.db import connect
 from dpicl.storage.ingest import ingest_source
 
 INF = math.inf
-SWEEP_METHODS = ("esa", "rnm", "ksa-jem", "ksa-ptr", "sga", "ksa-public")
+
+
+def _method(cfg: Config):
+    return methods.get(cfg.method.name)
+
+
+def _sweepable() -> list[str]:
+    return [m.name for m in methods.all_methods() if m.kind == "ensemble"]
 
 
 class SweepError(ValueError):
@@ -56,9 +57,9 @@ def check_configs(configs: Sequence[Config]) -> Config:
         raise SweepError("give at least one config to evaluate")
     base = configs[0]
     for cfg in configs:
-        if cfg.method.name not in SWEEP_METHODS:
+        if _method(cfg).kind != "ensemble":
             raise SweepError(f"config {cfg.name!r}: method {cfg.method.name!r} cannot be swept here (sweeps take "
-                             f"{', '.join(SWEEP_METHODS)}; the token-level methods have benchmarks/token_level.py)")
+                             f"{', '.join(_sweepable())}; the token-level methods have benchmarks/token_level.py)")
         if not cfg.data:
             raise SweepError(f"config {cfg.name!r} lists no files under `data:`; a sweep reads its data from there")
         same = (cfg.private_dataset, cfg.backlog, cfg.task, cfg.model, cfg.generation, cfg.method.teachers,
@@ -67,7 +68,7 @@ def check_configs(configs: Sequence[Config]) -> Config:
                     base.method.teachers, base.method.shots):
             raise SweepError(f"configs {base.name!r} and {cfg.name!r} differ in data, task, model, generation, "
                              "teachers or shots; a sweep shares one ensemble between its methods")
-    publics = {cfg.public_dataset for cfg in configs if cfg.method.name in ("sga", "ksa-public")}
+    publics = {cfg.public_dataset for cfg in configs if _method(cfg).needs_public}
     if len(publics) > 1:
         raise SweepError("the public-data methods of one sweep must share one public dataset")
     return base
@@ -89,7 +90,6 @@ class Ensemble:
     answers: dict[str, list]  # baseline rows: "zero-shot" → answers, "few-shot" → per-teacher answer lists
     features: list[dict]  # per query: what the aggregators read
     queries: list[str]
-    examples: list[str] = field(default_factory=list)
     greedy: dict[str, str] = field(default_factory=dict)  # prompt → greedy answer (generated once)
 
 
@@ -102,7 +102,7 @@ def load_benchmark(configs: Sequence[Config], queries: int):
         for source in {s.name: s for cfg in configs for s in cfg.data}.values():
             ingest_source(con, source)
         private = load_records(con, base.private_dataset)
-        public_name = next((c.public_dataset for c in configs if c.method.name in ("sga", "ksa-public")), None)
+        public_name = next((c.public_dataset for c in configs if _method(c).needs_public), None)
         public = [(r.input, r.output) for r in load_records(con, public_name)] if public_name else []
         dataset = get_dataset(con, base.private_dataset)
         rows = con.execute("SELECT input, reference FROM queries WHERE backlog = ? ORDER BY row_no LIMIT ?",
@@ -126,13 +126,12 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
     its targets itself)."""
     base = check_configs(configs)
     private, public, dataset, rows = data
-    methods = {cfg.method.name for cfg in configs}
     n, shots = base.method.teachers, base.method.shots
     rate = base.method.sampling_rate or default_sampling_rate(n, shots, len(private))
     by_id = {r.record_id: r for r in private}
     queries = [q for q, _ in rows]
     teacher_prompts, public_prompts, examples = [], [], []
-    public_name = next((c.public_dataset for c in configs if c.method.name in ("sga", "ksa-public")), None)
+    public_name = next((c.public_dataset for c in configs if _method(c).needs_public), None)
     if groups is not None and (len(groups) != len(queries) or any(len(g) != n for g in groups)):
         raise SweepError(f"teacher groupings must give {n} teachers for each of the {len(queries)} queries")
     for k, query in enumerate(queries):
@@ -146,7 +145,7 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
             examples.append(example)
     zero_shot = [zero_shot_prompt(base.task, q) for q in queries]
     ens = Ensemble(cfg=base, references=[r for _, r in rows], sampling_rate=rate,
-                   delta=delta or default_delta(len(private)), answers={}, queries=queries, examples=examples,
+                   delta=delta or default_delta(len(private)), answers={}, queries=queries,
                    features=[{"zero_shot": z} for z in zero_shot])
     per_query = lambda flat: [flat[i * n:(i + 1) * n] for i in range(len(queries))]  # noqa: E731
     if base.task.type == "classification":
@@ -173,83 +172,68 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
         ens.answers["public few-shot"] = public_outputs
         for f, outs in zip(ens.features, public_outputs):
             f["public_outputs"] = outs
-    embedder = next((encoder_for(c) for c in configs if c.method.name in ("esa", "sga")), None)
-    if embedder is not None:
+    for f, example in zip(ens.features, examples):
+        f["public_example"] = example
+    sampling = next((c for c in configs if _method(c).samples_candidates), None)
+    if sampling is not None:
+        progress("zero-shot candidates")
+        params, c = _method(sampling).candidate_params(sampling)
+        candidates = backend.generate([z for z in zero_shot for _ in range(c)], params, progress=True)
+        for i, f in enumerate(ens.features):
+            f["candidates"] = candidates[i * c:(i + 1) * c]
+    embedded = {_method(c).public_texts for c in configs} - {None}
+    if embedded:  # the teacher outputs and each method's public texts, as the embed stage names them
+        embedder = next(encoder_for(c) for c in configs if _method(c).public_texts is not None)
         progress("embed")
         for f, vectors in zip(ens.features, per_query(embedder.encode(outputs, progress=True))):
             f["teachers"] = vectors
-        if public_prompts and "sga" in methods:
-            for f, vectors in zip(ens.features, per_query(embedder.encode(
-                    [o for f in ens.features for o in f["public_outputs"]], progress=True))):
-                f["public"] = vectors
-    esa = next((c for c in configs if c.method.name == "esa"), None)
-    if esa is not None:
-        progress("esa: zero-shot candidates")
-        m, c = esa.method, esa.method.candidates
-        params = GenerationParams(max_new_tokens=esa.generation.max_new_tokens, temperature=m.candidate_temperature,
-                                  top_p=m.candidate_top_p, stop=tuple(esa.generation.stop))
-        candidates = backend.generate([z for z in zero_shot for _ in range(c)], params, progress=True)
-        vectors = embedder.encode(candidates, progress=True)
-        for i, f in enumerate(ens.features):
-            f["candidates"], f["candidate_vectors"] = candidates[i * c:(i + 1) * c], vectors[i * c:(i + 1) * c]
+        for public_texts in embedded:
+            texts = [f[public_texts.source] for f in ens.features]
+            flat = embedder.encode([t for group in texts for t in group], progress=True)
+            start = 0
+            for f, group in zip(ens.features, texts):
+                f[public_texts.texts] = group
+                f[public_texts.embeddings] = flat[start:start + len(group)]
+                start += len(group)
     return ens
 
 
 def nonprivate(cfg: Config, inputs: dict, rng: np.random.Generator):
     """The method's aggregate without noise (the papers' "ε = ∞" rows)."""
-    method = cfg.method.name
-    if method == "esa":
-        return inputs["teachers"].mean(axis=0)
-    if method == "rnm":
-        votes = np.asarray(inputs["teacher_votes"])
-        return {"label": int(np.argmax(np.bincount(votes, minlength=len(cfg.task.labels))))}
-    if method == "sga":
-        levels = cfg.method.levels
-        params = dpm.DPMParams(em_epsilons=(INF,) * levels, count_scales=(0.0,) * levels, noise_std=0.0,
-                               interval=dpm.interval_size(inputs["public"], rng))
-        clusters = dpm.cluster(np.concatenate([inputs["teachers"], inputs["public"]]), params, rng)
-        return {"centres": [c.centre for c in clusters], "counts": [c.noisy_count for c in clusters]}
-    sets = [keywords(t) for t in inputs["teacher_outputs"]]
-    if method == "ksa-ptr":
-        tokens, counts = ksa_ptr.histogram(sets)
-        if len(tokens) == 0:
-            return {"keywords": None}
-        return {"keywords": list(tokens[:int(np.argmax(ksa_ptr.gaps(counts, cfg.method.k_max))) + 1])}
-    domain = (public_domain(inputs["public_outputs"], inputs["zero_shot"]) if method == "ksa-public"
-              else keywords(inputs["zero_shot"]))
-    counts = joint_em.histogram_on_domain(sets, domain)
-    return {"keywords": [domain[i] for i in np.argsort(-counts, kind="stable")[:min(cfg.method.k, len(domain))]]}
+    return _method(cfg).nonprivate(cfg, inputs, rng)
 
 
-def _greedy(ens: Ensemble, backend, prompts: list[str]) -> list[str]:
-    """Greedy answers are a function of the prompt: each distinct prompt is generated once per repetition."""
-    todo = sorted({p for p in prompts if p not in ens.greedy})
-    if todo:
-        ens.greedy.update(zip(todo, backend.generate(todo, greedy_params(ens.cfg), progress=True)))
-    return [ens.greedy[p] for p in prompts]
+class _CachedGreedy:
+    """The backend, with greedy answers generated once per distinct prompt and repetition (methods share them)."""
+
+    def __init__(self, ens: Ensemble, backend):
+        self._ens, self._backend = ens, backend
+
+    def generate(self, prompts, params, progress=False):
+        if params != greedy_params(self._ens.cfg):
+            return self._backend.generate(prompts, params, progress=progress)
+        todo = sorted({p for p in prompts if p not in self._ens.greedy})
+        if todo:
+            self._ens.greedy.update(zip(todo, self._backend.generate(todo, params, progress=progress)))
+        return [self._ens.greedy[p] for p in prompts]
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
 
 
 def release_answers(cfg: Config, ens: Ensemble, results: list, backend) -> dict[str, list[str]]:
-    """Post-processing of the aggregates into answers, as the pipeline's release stage does."""
-    method = cfg.method.name
-    if method == "esa":
-        return {"": [f["candidates"][nearest_candidate(r, f["candidate_vectors"])]
-                     for r, f in zip(results, ens.features)]}
-    if method == "rnm":
-        return {"": [cfg.task.labels[r["label"]] for r in results]}
-    if method == "sga":
-        chosen = [public_candidates(r["centres"], f["public"], f["public_outputs"], cfg.method.k)
-                  for r, f in zip(results, ens.features)]
-        top1 = [f["public_outputs"][c[0]] for c, f in zip(chosen, ens.features)]
-        prompts = [sga_prompt(cfg, q, [f["public_outputs"][i] for i in c], ex)
-                   for q, c, f, ex in zip(ens.queries, chosen, ens.features, ens.examples)]
-        picked = iter(_greedy(ens, backend, [p for p in prompts if p is not None]))
-        return {" top-1": top1, "": [t if p is None else next(picked) for p, t in zip(prompts, top1)]}
-    examples = ens.examples if method == "ksa-public" else [""] * len(results)
-    prompts = [f["zero_shot"] if r["keywords"] is None else
-               keyword_prompt(cfg.task, cfg.method.keyword_template, q, r["keywords"], example=ex)
-               for f, q, r, ex in zip(ens.features, ens.queries, results, examples)]
-    return {"": _greedy(ens, backend, prompts)}
+    """The method's own release of each aggregate, as the pipeline's release stage calls it, keyed by row suffix."""
+    method = _method(cfg)
+    ids = [str(i) for i in range(len(results))]
+    aggregates = dict(zip(ids, results))
+    public = {q: {k: f[k] for k in method.release_needs if k in f} for q, f in zip(ids, ens.features)}
+    queries = dict(zip(ids, ens.queries))
+    cached = _CachedGreedy(ens, backend)
+    out = {}
+    for suffix, variant in method.evaluation_variants(cfg).items():
+        answers = {q: a for q, a, _ in method.release(variant, aggregates, public, queries, cached)}
+        out[suffix] = [answers[q] for q in ids]
+    return out
 
 
 def method_answers(cfg: Config, ens: Ensemble, epsilon: float, backend, rng: np.random.Generator,
@@ -262,9 +246,7 @@ def method_answers(cfg: Config, ens: Ensemble, epsilon: float, backend, rng: np.
                                            epsilon=epsilon, delta=ens.delta)
     results = [nonprivate(cfg, f, rng) if plan is None else aggregate_as_planned(cfg, plan, f, rng)
                for f in ens.features]
-    passed = (sum(r["keywords"] is not None for r in results) / len(results)
-              if cfg.method.name == "ksa-ptr" else None)
-    return release_answers(cfg, ens, results, backend), passed
+    return release_answers(cfg, ens, results, backend), _method(cfg).pass_rate(results)
 
 
 def default_metrics(cfg: Config) -> list[str]:

@@ -207,6 +207,20 @@ class EnsembleMethod(Method):
     def release_details(self, settings: EnsembleSettings, plan: Plan) -> dict[str, Any]:
         return {"teachers": settings.teachers, **super().release_details(settings, plan)}
 
+    # ---- evaluation (`dpicl evaluate`, benchmarks): the same aggregate and release, plus what only a sweep needs --
+
+    def nonprivate(self, cfg: Config, inputs: Mapping[str, Any], rng) -> Any:
+        """The aggregate without noise (the papers' "ε = ∞" rows), in the shape `release` takes. Never released."""
+        raise ValueError(f"method {self.name!r} has no noise-free aggregate: a sweep cannot give its ε = ∞ row")
+
+    def evaluation_variants(self, cfg: Config) -> dict[str, Config]:
+        """Row suffix → config of each release a sweep scores from one aggregate ("" is the method's own)."""
+        return {"": cfg}
+
+    def pass_rate(self, aggregates: list) -> float | None:
+        """The share of aggregates that passed a data-dependent test, for methods that have one (else None)."""
+        return None
+
 
 class TokenMethod(Method):
     """Private decoding, paid per answer before the first token."""

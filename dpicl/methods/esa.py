@@ -61,6 +61,9 @@ class ESA(EnsembleMethod):
         paid(plan.event(rate))
         return esa.noisy_mean(inputs["teachers"], plan.noise_multiplier, rng)
 
+    def nonprivate(self, cfg, inputs, rng):
+        return inputs["teachers"].mean(axis=0)
+
     def release(self, cfg, aggregates, public, queries, backend):
         for query_id, noisy_mean in aggregates.items():
             index = nearest_candidate(noisy_mean, public[query_id]["candidates"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
 from dpicl.keywords import keywords
@@ -42,6 +43,12 @@ class JointEMPlan(Plan):
                 f"{self.sensitivity:g}); the RDP accountant certifies ε = {self.epsilon_certified:.5f}")
 
 
+def top_keywords(cfg, domain: list[str], teacher_outputs) -> dict:
+    """The k most frequent words of `domain` among the teachers' keywords, without noise (ε = ∞ rows only)."""
+    counts = joint_em.histogram_on_domain([keywords(t) for t in teacher_outputs], domain)
+    return {"keywords": [domain[i] for i in np.argsort(-counts, kind="stable")[:min(cfg.method.k, len(domain))]]}
+
+
 def select(cfg, plan: JointEMPlan, rate: float, domain: list[str], teacher_outputs, rng, paid) -> dict:
     """k ranked keywords of `domain` by the joint EM on the teachers' keyword histogram (pay, then draw)."""
     counts = joint_em.histogram_on_domain([keywords(t) for t in teacher_outputs], domain)
@@ -65,3 +72,6 @@ class KSAJointEM(KeywordMethod):
     def aggregate(self, cfg, plan, rate, inputs, rng, paid):
         domain = keywords(inputs["zero_shot"])  # public: words of the query's zero-shot prompt
         return select(cfg, plan, rate, domain, inputs["teacher_outputs"], rng, paid)
+
+    def nonprivate(self, cfg, inputs, rng):
+        return top_keywords(cfg, keywords(inputs["zero_shot"]), inputs["teacher_outputs"])

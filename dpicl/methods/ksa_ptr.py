@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
 from dpicl.keywords import keywords
@@ -73,3 +74,12 @@ class KSAPTR(KeywordMethod):
         paid(plan.event(rate))
         return {"keywords": ksa_ptr.release_set(tokens, counts, plan.epsilon_em, plan.noise_multiplier, plan.delta0,
                                                 rng, k_max=cfg.method.k_max)}
+
+    def nonprivate(self, cfg, inputs, rng):
+        tokens, counts = ksa_ptr.histogram([keywords(t) for t in inputs["teacher_outputs"]])
+        if len(tokens) == 0:
+            return {"keywords": None}
+        return {"keywords": list(tokens[:int(np.argmax(ksa_ptr.gaps(counts, cfg.method.k_max))) + 1])}
+
+    def pass_rate(self, aggregates):
+        return sum(a["keywords"] is not None for a in aggregates) / len(aggregates) if aggregates else None

@@ -10,7 +10,7 @@ from pydantic import Field
 from dpicl.keywords import keywords
 from dpicl.methods import register
 from dpicl.methods.keyword_hints import KeywordMethod, KeywordSettings
-from dpicl.methods.ksa_jem import JointEMPlan, select
+from dpicl.methods.ksa_jem import JointEMPlan, select, top_keywords
 from dpicl.privacy.mechanisms import joint_em
 
 MECHANISM = "ksa_public"
@@ -53,3 +53,6 @@ class KSAPublic(KeywordMethod):
     def aggregate(self, cfg, plan, rate, inputs, rng, paid):
         domain = public_domain(inputs["public_outputs"], inputs["zero_shot"])
         return select(cfg, plan, rate, domain, inputs["teacher_outputs"], rng, paid)
+
+    def nonprivate(self, cfg, inputs, rng):
+        return top_keywords(cfg, public_domain(inputs["public_outputs"], inputs["zero_shot"]), inputs["teacher_outputs"])

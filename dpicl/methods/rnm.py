@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
+
 from dpicl.methods import register
 from dpicl.methods.base import EnsembleMethod, EnsembleSettings, GaussianPlan
 from dpicl.privacy.mechanisms import rnm
@@ -38,6 +40,10 @@ class RNM(EnsembleMethod):
     def aggregate(self, cfg, plan, rate, inputs, rng, paid):
         paid(plan.event(rate))
         return {"label": rnm.run(inputs["teacher_votes"], len(cfg.task.labels), plan.noise_multiplier, rng)}
+
+    def nonprivate(self, cfg, inputs, rng):
+        votes = np.asarray(inputs["teacher_votes"])
+        return {"label": int(np.argmax(np.bincount(votes, minlength=len(cfg.task.labels))))}
 
     def release(self, cfg, aggregates, public, queries, backend):
         for query_id, result in aggregates.items():

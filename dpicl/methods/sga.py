@@ -4,6 +4,7 @@ example (`select: llm`), or the first candidate is released as is (`select: top1
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import numpy as np
@@ -110,6 +111,17 @@ class SGA(EnsembleMethod):
                                interval=dpm.interval_size(public, rng))
         clusters = dpm.cluster(np.concatenate([inputs["teachers"], public]), params, rng)
         return {"centres": [c.centre.tolist() for c in clusters], "counts": [c.noisy_count for c in clusters]}
+
+    def nonprivate(self, cfg, inputs, rng):
+        levels = cfg.method.levels
+        params = dpm.DPMParams(em_epsilons=(math.inf,) * levels, count_scales=(0.0,) * levels, noise_std=0.0,
+                               interval=dpm.interval_size(inputs["public"], rng))
+        clusters = dpm.cluster(np.concatenate([inputs["teachers"], inputs["public"]]), params, rng)
+        return {"centres": [c.centre for c in clusters], "counts": [c.noisy_count for c in clusters]}
+
+    def evaluation_variants(self, cfg):
+        top1 = cfg.model_copy(update={"method": cfg.method.model_copy(update={"select": "top1"})})
+        return {" top-1": top1, "": cfg}
 
     def release(self, cfg, aggregates, public, queries, backend):
         chosen, prompts = {}, {}

@@ -7,7 +7,7 @@ answer with the target's summary; non-private ICL, non-private aggregation, and 
 KSA-public and DP few-shot generation → synthetic ICL at ε = ∞ and each ε. Probability attack (paper 000 App D.1):
 mean log-probability of the true summary given a one-shot demonstration; non-private one-shot ICL, DPS-MOZO and
 AdaPMixED at each ε. Label attack (000 on AG News): log-probability of the true label, one-shot ICL vs RNM.
-SmolLM2-135M on CPU (one torch thread). See ``dpicl/evaluation/mia.py`` for the setups and what the two ε columns
+SmolLM2-135M on CPU (one torch thread). See ``dpicl/evaluation/mia/`` for the setups and what the two ε columns
 mean. Prints measured timings.
 """
 

@@ -8,7 +8,9 @@ with the header's columns as VARCHAR (or, with `header=False`, columns named col
 applies it with RE2, so lookarounds and backreferences are refused). In a "lines" file, blank lines at the end
 are skipped and a blank line anywhere else is an error (a blank line in the middle is more likely a damaged
 file than a record). The format comes from the file extension (.json .jsonl .ndjson .csv .tsv .parquet) unless
-given; "lines" is always given explicitly.
+given; "lines" is always given explicitly. A JSON file is one document, an array of records or one record: a file
+cut short (an array without its final ']', which DuckDB's reader would take as the records before the cut) or
+holding several values one after another (JSON Lines belongs in the "jsonl" format) is refused.
 
 `labels` maps raw label values in the file to label names (classification benchmarks store 0/1 or ABBR/DESC):
 it is applied to the output and reference fields after reading, and a raw value it does not list is an error.

@@ -68,13 +68,19 @@ class SourceFile:
         return source
 
     def _read_json(self) -> None:
-        mode = "newline_delimited" if self.fmt == "jsonl" else "auto"
+        if self.fmt == "jsonl":
+            mode, ends = "newline_delimited", None
+        else:  # the reader for the value the document starts with (DuckDB's "auto" may read an array as one value)
+            ends = _json_ends(self.path)
+            mode = {b"[": "array", b"{": "unstructured"}.get(ends[0], "auto")
         try:
             self.con.execute(f"CREATE TEMP TABLE {self.src} AS SELECT ordinality AS _dpicl_row, json AS obj "
                              "FROM read_json_objects(?, format = ?) WITH ORDINALITY", [str(self.path), mode])
         except duckdb.Error:
             line, reason = _locate_json_error(self.path, self.fmt)
             raise self.error(f"not valid JSON ({reason}); fix or remove the row", line=line) from None
+        if ends is not None:
+            self._check_json_document(*ends)
         bad = self.con.execute(f"SELECT _dpicl_row FROM {self.src} WHERE json_type(obj) <> 'OBJECT' "
                                "ORDER BY _dpicl_row LIMIT 1").fetchone()
         if bad:
@@ -82,6 +88,28 @@ class SourceFile:
                              "fix or remove the row", row=bad[0])
         keys = self.con.execute(f"SELECT DISTINCT unnest(json_keys(obj)) AS k FROM {self.src} ORDER BY k")
         self.columns = {key: "JSON" for (key,) in keys.fetchall()}
+
+    def _check_json_document(self, first: bytes, last: bytes, last_at: int) -> None:
+        """A "json" file is one JSON document, an array of records or one record, and DuckDB's readers are lenient
+        about both: "array" reads an array cut short after a record (`[{...}, {...},` gives those records), and
+        "unstructured" reads values one after another (`{...} {...}`, JSON Lines). So, once DuckDB has parsed the
+        file, it must end with the byte that closes the value it starts with (`first`, `last`: its first and last
+        bytes that are not whitespace), and a file that starts with '{' must hold one value. Only the line of a
+        refused end is counted over the whole file."""
+        if first == b"[" and last != b"]":
+            raise self.error("not valid JSON (the array is never closed: the file ends without its final ']', "
+                             "as a file cut short does); restore the end of the file or export it again",
+                             line=_line_at(self.path, last_at))
+        if first == b"{":
+            if last != b"}":
+                raise self.error("not valid JSON (the object is never closed: the file ends without its final "
+                                 "'}', as a file cut short does); restore the end of the file or export it again",
+                                 line=_line_at(self.path, last_at))
+            values = self.con.execute(f"SELECT count(*) FROM {self.src}").fetchone()[0]
+            if values > 1:
+                raise self.error(f"not one JSON document: it holds {values:,} JSON values one after another; a "
+                                 "JSON file is one array of records (or one record): put the records in an array, "
+                                 "or, for one record per line, use JSON Lines (a .jsonl file, or --format jsonl)")
 
     def _read_csv(self) -> None:
         delim = "\t" if self.fmt == "tsv" else ","
@@ -215,9 +243,52 @@ def scan_file(path: Path, check_utf8: bool) -> str:
     return digest.hexdigest()
 
 
+_JSON_SPACE = b" \t\n\r"
+
+
+def _json_ends(path: Path, block: int = 1 << 16) -> tuple[bytes, bytes, int]:
+    """The first and the last byte of `path` that is not JSON whitespace (after a UTF-8 BOM), and the offset of
+    the last; (b"", b"", -1) for a file of whitespace. Reads blocks from each end, not the whole file."""
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        f.seek(0)
+        head = f.read(3)
+        offset = 3 if head == codecs.BOM_UTF8 else 0
+        f.seek(offset)
+        first = b""
+        while not first:
+            chunk = f.read(block)
+            if not chunk:
+                return b"", b"", -1
+            stripped = chunk.lstrip(_JSON_SPACE)
+            first = stripped[:1]
+        end = size
+        while end > offset:
+            start = max(offset, end - block)
+            f.seek(start)
+            chunk = f.read(end - start).rstrip(_JSON_SPACE)
+            if chunk:
+                return first, chunk[-1:], start + len(chunk) - 1
+            end = start
+    return first, b"", -1  # not reached: `first` is a byte before the end
+
+
+def _line_at(path: Path, offset: int) -> int:
+    """The 1-based line of the byte at `offset` (LF counted), reading the file in blocks."""
+    line, done = 1, 0
+    with open(path, "rb") as f:
+        while done < offset:
+            chunk = f.read(min(1 << 20, offset - done))
+            if not chunk:
+                break
+            line += chunk.count(b"\n")
+            done += len(chunk)
+    return line
+
+
 def _locate_json_error(path: Path, fmt: str) -> tuple[int | None, str]:
     """(line, reason) of the first JSON syntax error, for a file DuckDB could not read. No values in `reason`."""
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8-sig")  # DuckDB skips a BOM, and so does this
     if fmt == "jsonl":
         for number, line in enumerate(text.split("\n"), 1):
             if line.strip():

@@ -96,6 +96,8 @@ def bad_case(name, content, *, row=None, field=None, line=None, fields=MAP, word
     return pytest.param(name, content, row, field, line, fields, words, id=name)
 
 
+SECRET_ROWS = good_rows(2) + [{"uid": "r3", "text": SECRET, "label": "x"}]
+
 BAD = [
     bad_case("empty.jsonl", b"", words=("empty",)),
     bad_case("blank.jsonl", "\n\n", words=("no data rows",)),
@@ -141,6 +143,15 @@ BAD = [
     bad_case("malformed.json", f'[{{"uid": "r1", "text": "a", "label": "b"}},\n{{"uid": "{SECRET}" "x"}}]',
              line=2, words=("not valid JSON",)),
     bad_case("not_object.jsonl", jsonl(good_rows(1)) + f'["{SECRET}"]\n', row=2, words=("not a JSON object",)),
+    # an array cut short after a record: DuckDB's reader took the records before the cut as the whole file
+    bad_case("cut_after_a_record.json", "[\n" + "".join(json.dumps(r) + ",\n" for r in SECRET_ROWS), line=4,
+             words=("not valid JSON", "never closed", "final ']'", "cut short")),
+    bad_case("cut_before_the_bracket.json", json.dumps(SECRET_ROWS)[:-1], line=1, words=("not valid JSON",)),
+    bad_case("garbage_after_the_array.json", json.dumps(SECRET_ROWS) + "x", line=1, words=("not valid JSON",)),
+    bad_case("cut_object.json", json.dumps(SECRET_ROWS[2], indent=1)[:-2], line=4, words=("not valid JSON",)),
+    bad_case("objects_one_after_another.json", jsonl(SECRET_ROWS),
+             words=("3 JSON values one after another", "--format jsonl")),
+    bad_case("cut_last_line.jsonl", jsonl(SECRET_ROWS)[:-6], line=3, words=("not valid JSON",)),
     bad_case("unterminated.csv", f'uid,text,label\nr1,a,b\nr2,"{SECRET},c\nr3,d,e\n', line=3,
              words=("unquoted value",)),
     bad_case("ragged.csv", f"uid,text,label\nr1,a,b\nr2,{SECRET},c,extra\n", line=3,
@@ -164,6 +175,42 @@ def test_bad_input_is_named_precisely_without_its_value(con, tmp_path, name, con
     assert SECRET not in full_text(error) and "987654321" not in full_text(error)
     assert snapshot(con) == before
     assert temp_tables(con) == []
+
+
+def _cuts(text: str, lines: bool):
+    """Every proper prefix of `text` that is not itself a complete file: for JSON Lines, those that end inside a
+    line (a file cut at a line's end is a shorter valid file); for JSON, those that leave more than whitespace."""
+    for cut in range(1, len(text)):
+        if lines and "\n" in (text[cut - 1], text[cut]):
+            continue
+        if not lines and not text[cut:].strip():
+            continue
+        yield text[:cut]
+
+
+@pytest.mark.parametrize("name, text", [
+    ("array.json", json.dumps(SECRET_ROWS)),
+    ("indented.json", json.dumps(SECRET_ROWS, indent=1)),
+    ("object.json", json.dumps({**SECRET_ROWS[2], "more": [1, {"k": "v"}]}, indent=2)),
+    ("lines.jsonl", jsonl(SECRET_ROWS)),
+], ids=["array", "indented-array", "object", "jsonl"])
+def test_every_cut_short_json_file_is_refused(con, tmp_path, name, text):
+    before = snapshot(con)
+    refused = 0
+    for prefix in _cuts(text, lines=name.endswith(".jsonl")):
+        with pytest.raises(IngestError) as caught:
+            ingest_dataset(con, write(tmp_path, name, prefix), "d", "private", "qa", MAP)
+        assert SECRET not in str(caught.value)
+        refused += 1
+    assert refused > 50 and snapshot(con) == before and temp_tables(con) == []
+
+
+def test_json_document_with_bom_surrounding_whitespace_or_one_object_is_accepted(con, tmp_path):
+    path = write(tmp_path, "d.json", b"\xef\xbb\xbf\n " + json.dumps(good_rows(), indent=1).encode() + b"\n\n\t ")
+    assert ingest_dataset(con, path, "a", "private", "qa", MAP).rows_added == 3
+    assert [tuple(r) for r in load_records(con, "a")] == expected_records()
+    path = write(tmp_path, "o.json", json.dumps(good_rows(4)[3], indent=2) + "\n")
+    assert ingest_dataset(con, path, "o", "public", "qa", MAP).rows_added == 1
 
 
 def test_missing_file(con, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -24,6 +24,53 @@ def _open_read_only(db: Path):
         return connect(db, read_only=True)
     except SchemaVersionError:
         return duckdb.connect(str(db), read_only=True)
+
+
+def describe(report: dict[str, Any]) -> str:
+    """The dry run's summary of `analyse`'s report (dpicl/tasks/rerun.py): counts and ε only, never text."""
+    from dpicl.privacy.accounting.events import event_from_json
+
+    c = report["counts"]
+    charged = c["fresh"] + c["reused"]
+    lines = [
+        f"rerun of run {report['source_run']} ({report['source_method']}) from stage {report['from_stage']} with "
+        f"method {report['method']}",
+        f"  backlog {report['backlog']!r}: {len(report['queries'])} queries in the rerun"
+        + (f"; {report['not_in_source']} without stored artifacts of that run are left out"
+           if report["not_in_source"] else ""),
+        f"  served from stored releases (free): {c['served']}",
+        f"  post-processed from stored DP aggregates (free): {c['post-processed']}",
+        f"  new releases (charged): {charged} — {c['fresh']} on subsamples no release has used "
+        f"(planned event, amplified), {c['reused']} on subsamples already used (charged without amplification)"
+        + (f", plus {report['top_up_entries']} top-up entries re-charging earlier uses of those subsamples "
+           "without amplification" if report["top_up_entries"] else ""),
+    ]
+    def shown(event_json: str) -> str:
+        event = event_from_json(event_json).to_dict()
+        return ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in event.items())
+
+    if c["fresh"]:
+        lines.append(f"  per-query event, unused subsamples: {shown(report['event_json'])}")
+    if c["reused"]:
+        lines.append(f"  per-query event, used subsamples: {shown(report['reused_event_json'])}")
+    lines.append(
+        f"  budget of {report['dataset']!r}: ε {report['epsilon_before']:.4f} of {report['epsilon_limit']:g} spent; "
+        f"this rerun would charge ε {report['epsilon_charged']:.4f} in total (→ {report['epsilon_after']:.4f}): "
+        + ("the budget can pay" if report["payable"] else
+           (f"the budget CANNOT pay; it can pay for the first {report['affordable_queries']} "
+            f"(--max-queries {report['affordable_queries']})" if report["affordable_queries"] else
+            "the budget CANNOT pay for any of them"))
+    )
+    return "\n".join(lines)
+
+
+def summary(report: dict[str, Any]) -> dict[str, Any]:
+    """The report without keys or per-query maps: what a dry run prints as JSON (ids and numbers only)."""
+    keep = ("source_run", "root_run", "from_stage", "method", "source_method", "dataset", "backlog", "not_in_source",
+            "counts", "top_up_entries", "event_json", "reused_event_json", "epsilon_limit", "delta",
+            "epsilon_before", "epsilon_after", "epsilon_charged", "payable", "affordable_queries")
+    return {**{k: report[k] for k in keep}, "queries": len(report["queries"]),
+            "per_query": {q: report["category"][q] for q in report["queries"]}}
 
 
 def rerun(
@@ -50,7 +97,7 @@ def rerun(
     embeddings (no LLM call before that stage). Serving stored releases and post-processing stored DP aggregates is
     free; every new draw from private artifacts is a new release, charged to the ledger like any run."""
     from dpicl.storage.db import default_db_path
-    from dpicl.tasks.rerun import analyse, describe, summary
+    from dpicl.tasks.rerun import analyse
 
     path = db or default_db_path()
     if not Path(path).is_file():

@@ -5,7 +5,7 @@ stored teacher outputs / votes / embeddings (no LLM call before that stage; docs
 * `from_stage="aggregate"`: a new DP aggregate per query from the stored private artifacts — a new release,
   paid through the ledger before the draw (`aggregate` task, the same as `answer_backlog`'s), then the `release`
   task. Queries whose subsample a release already used are charged without amplification, after a top-up of the
-  earlier use (dpicl/tasks/rerun.py explains why).
+  earlier use (dpicl/privacy/accounting/reuse.py explains why).
 * `from_stage="release"`: post-processing of the source run's stored DP aggregates with public data — free
   (ledger entries of ε 0); unchanged settings serve the stored releases again.
 

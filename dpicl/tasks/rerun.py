@@ -1,26 +1,11 @@
 """Re-running a past run's stages from a chosen stage on its stored artifacts (docs/ops/rerun-and-plan.md):
-what may be reused, what it costs, and the three stage tasks a rerun adds to the ones of
-`answer_backlog` (`aggregate` and `release` are reused as they are).
+what may be reused, what it costs, and the stage tasks a rerun adds to the ones of `answer_backlog`
+ (`aggregate` and `release` are reused as they are).
 
-What is free and what is charged:
-
-* ``--from release`` re-runs only the post-processing of the source run's DP aggregates (already paid for) with
-  public data. Free: served again as stored (`served`), or recomputed with new release settings
-  (`post-processed`). Each such release still gets its ledger entry, with a `PublicDataEvent` (ε 0), so that every
-  release has one (as synthetic-icl does).
-* ``--from aggregate`` draws a new DP aggregate from private artifacts (the stored teacher outputs / votes /
-  embeddings): a NEW release, charged through the ledger's reserve-before-draw path — also when the method and
-  its parameters are the source's (new noise is a new release).
-
-Reusing a subsample: a query's teacher outputs come from one Poisson subsample S of the private data. The
-amplification by subsampling that the per-query events claim holds for a subsample that one mechanism uses once
-(privacy invariant 2: a fresh subsample per query). A query whose S was never used by a release (the budget
-refused it at aggregate) is `fresh`: charged the planned event as is. A query whose S a mechanism already used is
-`reused`: every mechanism on S is charged *without* amplification (the event with sampling rate 1) — the new one,
-and, once per S, a top-up entry that re-charges the earlier amplified use(s) at rate 1. Sound: conditioned on
-whether a record is in S, all mechanisms on S are ordinary mechanisms on a fixed dataset and compose as such;
-the amplified charges of the other (fresh, independent) subsamples stay valid. Conservative, so expensive: the
-dry run says how much before anything is paid.
+What is free (serving or post-processing what the source run already paid for) and what is charged (every new
+draw from private artifacts; without amplification on a subsample a mechanism already used, with top-ups of the
+earlier uses) is the re-charging rule in dpicl/privacy/accounting/reuse.py, whose docstring gives the privacy
+argument. The database reads are dpicl/storage/reruns.py; the dry run's text is the CLI's (dpicl/cli/rerun.py).
 
 Tasks pass ids, artifact keys and event JSON only; private text stays in DuckDB.
 """
@@ -39,11 +24,12 @@ from pydantic import ValidationError
 from dpicl import methods
 from dpicl.config import Config, ConfigError, load_config
 from dpicl.methods.base import Facts
-from dpicl.privacy.accounting import ledger_epsilon
+from dpicl.privacy.accounting import ledger_epsilon, reuse
 from dpicl.privacy.accounting.events import PublicDataEvent, event_from_json
 from dpicl.privacy.accounting.guard import PrivacyGuardError
+from dpicl.privacy.accounting.reuse import CHARGED, FREE
 from dpicl.prompts import zero_shot_prompt
-from dpicl.storage import get_dataset, get_queries
+from dpicl.storage import get_dataset, get_queries, set_query_status
 from dpicl.storage.artifacts import artifact_key
 from dpicl.storage.ledger import (
     get_budget,
@@ -52,11 +38,17 @@ from dpicl.storage.ledger import (
     stored_release,
 )
 from dpicl.storage.queries import copy_queries
-from dpicl.storage.recovery import reused_entries
+from dpicl.storage.reruns import (
+    backlog_query_ids,
+    release_backlogs,
+    run_artifact_keys,
+    stored_aggregates,
+    stored_keys,
+    subsample_charges,
+)
 from dpicl.storage.runs import (
     create_run,
     get_run,
-    lineage_runs,
     link_rerun,
     recent_run_ids,
     run_source,
@@ -64,7 +56,6 @@ from dpicl.storage.runs import (
     stored_plan,
 )
 from dpicl.tasks import context
-from dpicl.tasks.aggregate import unamplified
 from dpicl.tasks.common import STAGE
 from dpicl.tasks.infer import candidates_key
 from dpicl.tasks.run import per_query_plan
@@ -75,9 +66,6 @@ SAMPLING_FIELDS = ("teachers", "shots", "sampling_rate")
 # the artifact stage behind each stage key (for messages)
 _ARTIFACT = {"teachers": "teacher_embeddings", "candidates": "candidate_embeddings", "candidate_texts": "candidates",
              "public": "public_embeddings", "public_texts": "public_outputs", "zero_shot": "zero_shot_prompt"}
-TOP_UP = ":reuse-top-up"  # suffix of the ledger mechanism of a top-up entry
-# what a `fresh`/`reused` query costs, what `served`/`post-processed` ones cost: see the module docstring
-CHARGED, FREE = ("fresh", "reused"), ("served", "post-processed")
 
 
 class RerunError(ValueError):
@@ -212,35 +200,6 @@ def feature_keys(cfg: Config, query: str, teacher_key: str | None) -> dict[str, 
     return keys
 
 
-def _unamplified(event_json: str) -> str:
-    try:
-        return unamplified(event_json)
-    except PrivacyGuardError as err:
-        raise RerunError(str(err)) from None
-
-
-def _uses_of_subsamples(con, root_run_id: str, query_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
-    """Per query: the (mechanism, event JSON) of every ledger entry charged for a mechanism on its subsample
-    (the root run's and its reruns' entries; free public-data entries left out), oldest first."""
-    runs = lineage_runs(con, root_run_id)
-    # a charge a lineage run took over from a crashed run paid for a draw on that run's subsample too
-    rows = con.execute("SELECT query_id, mechanism, event FROM ledger WHERE (list_contains(?, run_id) "
-                       "OR list_contains(?, entry_id)) AND list_contains(?, query_id) ORDER BY entry_id",
-                       [runs, reused_entries(con, runs), query_ids]).fetchall()
-    uses: dict[str, list[tuple[str, str]]] = {q: [] for q in query_ids}
-    for query_id, mechanism, event in rows:
-        if json.loads(event).get("kind") != PublicDataEvent.kind:
-            uses[query_id].append((mechanism, event))
-    return uses
-
-
-def _top_ups(uses: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The (mechanism, event) top-ups a reused subsample still owes: its amplified uses not yet re-charged at rate 1."""
-    amplified = [(m, e) for m, e in uses if not m.endswith(TOP_UP) and json.loads(e).get("sampling_rate", 1) < 1]
-    done = sum(m.endswith(TOP_UP) for m, _ in uses)
-    return [(m + TOP_UP, _unamplified(e)) for m, e in amplified[done:]]
-
-
 def _same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
@@ -316,8 +275,7 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
                              "new LLM calls: keep them (drop those --set/--config changes) or answer the backlog "
                              "again with `dpicl answer`")
         stage = "teacher_votes" if cfg.task.type == "classification" else "teacher_outputs"
-        stored = dict(con.execute("SELECT query_id, key FROM artifacts WHERE run_id = ? AND stage = ?",
-                                  [root_id, stage]).fetchall())
+        stored = run_artifact_keys(con, root_id, stage)
         missing_what = f"stored {stage.replace('_', ' ')} of run {root_id!r}"
     else:
         if name != source["method"]:
@@ -336,16 +294,10 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
                              f"{source_run_id!r} drew it; change only release settings "
                              f"({', '.join(sorted(registered.release_only)) or 'none for ' + name}, model, generation), "
                              "or re-run --from aggregate (a new release, charged)")
-        rows = con.execute(
-            "SELECT a.query_id, a.key, l.entry_id, l.epsilon_before, l.epsilon_after FROM artifacts a "
-            "JOIN ledger l ON (l.run_id = a.run_id OR l.entry_id IN (SELECT u.entry_id FROM ledger_reuses u "
-            "WHERE u.run_id = a.run_id)) AND l.query_id = a.query_id AND l.mechanism NOT LIKE ? "
-            "WHERE a.run_id = ? AND a.stage = 'aggregate'", [f"%{TOP_UP}", source_run_id]).fetchall()
-        stored = {q: {"aggregate": key, "source_entry_id": entry} for q, key, entry, _, _ in rows}
+        stored = stored_aggregates(con, source_run_id)
         missing_what = f"stored DP aggregates of run {source_run_id!r}"
 
-    backlog_ids = [r[0] for r in con.execute("SELECT query_id FROM queries WHERE backlog = ? ORDER BY row_no",
-                                             [base]).fetchall()]
+    backlog_ids = backlog_query_ids(con, base)
     query_ids = [q for q in backlog_ids if q in stored]
     not_in_source = len(backlog_ids) - len(query_ids)
     if max_queries is not None:
@@ -360,8 +312,7 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
         features[q] = feature_keys(cfg, queries[q].input, teacher)
     needs = set(registered.release_needs) | (set(registered.inputs) if from_stage == "aggregate" else set())
     wanted = {features[q][n] for q in query_ids for n in needs if n in features[q]}
-    present = {r[0] for r in con.execute("SELECT key FROM artifacts WHERE list_contains(?, key)",
-                                         [sorted(wanted)]).fetchall()}
+    present = stored_keys(con, wanted)
     lacking: dict[str, int] = {}
     for q in query_ids:
         for n in sorted(needs):
@@ -387,19 +338,20 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
         if abs(rate - root_rate) > 1e-12:
             raise RerunError(f"the rerun's sampling rate {rate:.6g} differs from the rate {root_rate:.6g} at which "
                              f"run {root_id!r} drew its subsamples; keep teachers, shots and sampling_rate as they were")
-        reused_event = _unamplified(event_json)
-        uses = _uses_of_subsamples(con, root_id, query_ids)
-        for q in query_ids:
-            category[q] = "reused" if uses[q] else "fresh"
-            top_ups[q] = _top_ups(uses[q]) if uses[q] else []
-        adds = [event_json if category[q] == "fresh" else reused_event for q in query_ids]
-        adds += [e for q in query_ids for _, e in top_ups[q]]
+        charges = subsample_charges(con, root_id, query_ids)
+        try:
+            reused_event = reuse.unamplified(event_json)
+            uses = reuse.uses_of_subsamples(charges, query_ids)
+            for q in query_ids:
+                category[q] = reuse.category(uses[q])
+                top_ups[q] = reuse.top_ups(uses[q])
+        except PrivacyGuardError as err:
+            raise RerunError(str(err)) from None
     else:
         plan, reused_event = _source_plan(con, source_run_id, source_cfg), None
         unchanged = _same({k: v for k, v in cfg.model_dump(mode="json").items() if k != "batch_queries"},
                           {k: v for k, v in source_cfg.model_dump(mode="json").items() if k != "batch_queries"})
-        released = dict(con.execute("SELECT query_id, backlog FROM releases WHERE run_id = ?",
-                                    [source_run_id]).fetchall())
+        released = release_backlogs(con, source_run_id)
         for q in query_ids:
             category[q] = "served" if unchanged and q in released else "post-processed"
             if category[q] == "served":
@@ -407,14 +359,14 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
             else:
                 aggregates[q] = stored[q]
         event_json = PublicDataEvent(f"{name}:post-processing").to_json()
-        adds = [event_json] * len(query_ids)
+    adds = reuse.new_charges(query_ids, category, top_ups, event_json, reused_event)
     spent_events = ledger_events(con, cfg.private_dataset)
     before = ledger_epsilon(spent_events, budget.delta)
     after = ledger_epsilon([*spent_events, *adds], budget.delta)
     affordable = len(query_ids)
     if after > budget.epsilon:
-        affordable = _affordable_prefix(query_ids, category, top_ups, event_json, reused_event, spent_events,
-                                        budget.epsilon, budget.delta)
+        affordable = reuse.affordable_prefix(query_ids, category, top_ups, event_json, reused_event, spent_events,
+                                             budget.epsilon, budget.delta)
     counts = {c: sum(category[q] == c for q in query_ids) for c in (*CHARGED, *FREE)}
     return {
         "source_run": source_run_id, "root_run": root_id, "from_stage": from_stage, "method": name,
@@ -453,66 +405,6 @@ def _source_plan(con: duckdb.DuckDBPyConnection, source_run_id: str, source_cfg:
         return stored_plan(con, source_run_id)[0]
     except LookupError:
         return _plan(con, source_cfg)[0]
-
-
-def _affordable_prefix(query_ids, category, top_ups, event_json, reused_event, spent, limit, delta) -> int:
-    """The most queries from the front of the rerun that the budget can pay for (bisection on the accountant)."""
-    def fits(n: int) -> bool:
-        adds = [event_json if category[q] in ("fresh", "served", "post-processed") else reused_event
-                for q in query_ids[:n]]
-        adds += [e for q in query_ids[:n] for _, e in top_ups.get(q, [])]
-        return ledger_epsilon([*spent, *adds], delta) <= limit
-
-    lo, hi = 0, len(query_ids)  # lo fits; hi does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
-
-
-def describe(report: dict[str, Any]) -> str:
-    """The dry run's summary: counts and ε only, never text."""
-    c = report["counts"]
-    charged = c["fresh"] + c["reused"]
-    lines = [
-        f"rerun of run {report['source_run']} ({report['source_method']}) from stage {report['from_stage']} with "
-        f"method {report['method']}",
-        f"  backlog {report['backlog']!r}: {len(report['queries'])} queries in the rerun"
-        + (f"; {report['not_in_source']} without stored artifacts of that run are left out"
-           if report["not_in_source"] else ""),
-        f"  served from stored releases (free): {c['served']}",
-        f"  post-processed from stored DP aggregates (free): {c['post-processed']}",
-        f"  new releases (charged): {charged} — {c['fresh']} on subsamples no release has used "
-        f"(planned event, amplified), {c['reused']} on subsamples already used (charged without amplification)"
-        + (f", plus {report['top_up_entries']} top-up entries re-charging earlier uses of those subsamples "
-           "without amplification" if report["top_up_entries"] else ""),
-    ]
-    def shown(event_json: str) -> str:
-        event = event_from_json(event_json).to_dict()
-        return ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in event.items())
-
-    if c["fresh"]:
-        lines.append(f"  per-query event, unused subsamples: {shown(report['event_json'])}")
-    if c["reused"]:
-        lines.append(f"  per-query event, used subsamples: {shown(report['reused_event_json'])}")
-    lines.append(
-        f"  budget of {report['dataset']!r}: ε {report['epsilon_before']:.4f} of {report['epsilon_limit']:g} spent; "
-        f"this rerun would charge ε {report['epsilon_charged']:.4f} in total (→ {report['epsilon_after']:.4f}): "
-        + ("the budget can pay" if report["payable"] else
-           (f"the budget CANNOT pay; it can pay for the first {report['affordable_queries']} "
-            f"(--max-queries {report['affordable_queries']})" if report["affordable_queries"] else
-            "the budget CANNOT pay for any of them"))
-    )
-    return "\n".join(lines)
-
-
-def summary(report: dict[str, Any]) -> dict[str, Any]:
-    """The report without keys or per-query maps: what a dry run prints as JSON (ids and numbers only)."""
-    keep = ("source_run", "root_run", "from_stage", "method", "source_method", "dataset", "backlog", "not_in_source",
-            "counts", "top_up_entries", "event_json", "reused_event_json", "epsilon_limit", "delta",
-            "epsilon_before", "epsilon_after", "epsilon_charged", "payable", "affordable_queries")
-    return {**{k: report[k] for k in keep}, "queries": len(report["queries"]),
-            "per_query": {q: report["category"][q] for q in report["queries"]}}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -554,8 +446,7 @@ def top_up(db_path: str, run_id: str, top_ups: dict[str, list[list[str]]]) -> li
                     break
             (paid if ok else refused).append(query_id)
         if refused:
-            con.execute("UPDATE queries SET status = 'refused_budget' WHERE backlog = ? AND list_contains(?, query_id)",
-                        [cfg.backlog, refused])
+            set_query_status(con, cfg.backlog, refused, "refused_budget")
     get_run_logger().info("top-ups paid for %d reused subsamples; %d refused (budget cannot pay)", len(paid),
                           len(refused))
     return paid

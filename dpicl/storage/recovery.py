@@ -52,15 +52,33 @@ LIMIT 1
 """
 
 
+def has_crashed_runs(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether any run is marked crashed (only then can an unused charge wait to be taken over)."""
+    return con.execute("SELECT EXISTS (SELECT 1 FROM runs WHERE status = 'crashed')").fetchone()[0]
+
+
+def _unused_charge(con: duckdb.DuckDBPyConnection, dataset: str, run_id: str, backlog: str, query_id: str,
+                   mechanism: str, event_json: str):
+    synthesis = backlog.startswith(SYNTHETIC_PREFIX) and query_id == run_id
+    return con.execute(_FIND, {"dataset": dataset, "backlog": backlog, "mechanism": mechanism, "event": event_json,
+                               "query_id": query_id, "synthesis": synthesis, "run_id": run_id}).fetchone()
+
+
+def reusable_queries(con: duckdb.DuckDBPyConnection, *, dataset: str, run_id: str, backlog: str,
+                     query_ids: list[str], mechanism: str, event_json: str) -> set[str]:
+    """The queries of `query_ids` whose release a crashed run paid for and never used (reads only): run `run_id` can
+    answer them by taking their charges over, whatever the budget has left."""
+    if not has_crashed_runs(con):
+        return set()
+    return {q for q in query_ids if _unused_charge(con, dataset, run_id, backlog, q, mechanism, event_json)}
+
+
 def take_over_unused_charge(con: duckdb.DuckDBPyConnection, *, dataset: str, run_id: str, backlog: str,
                             query_id: str, mechanism: str, event_json: str) -> Reservation | None:
     """The reservation of a crashed run's unused charge for exactly this release, now run `run_id`'s (recorded and
     committed); None when there is none (the caller pays as usual)."""
-    synthesis = backlog.startswith(SYNTHETIC_PREFIX) and query_id == run_id
     with transaction(con):
-        row = con.execute(_FIND, {"dataset": dataset, "backlog": backlog, "mechanism": mechanism,
-                                  "event": event_json, "query_id": query_id, "synthesis": synthesis,
-                                  "run_id": run_id}).fetchone()
+        row = _unused_charge(con, dataset, run_id, backlog, query_id, mechanism, event_json)
         if row is None:
             return None
         entry_id, before, after = row

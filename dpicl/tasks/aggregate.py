@@ -44,8 +44,10 @@ def aggregate(db_path: str, run_id: str, features: dict[str, dict[str, str]], re
         event_json = unamplified(run.event_json) if reused else run.event_json
         rate = 1.0 if reused else run.plan.sampling_rate
         payloads = get_artifacts(con, [keys[name] for keys in features.values() for name in needed])
+        # the whole batch is paid for (one transaction) before the first draw
+        reservations = context.reserve_many(con, cfg, run_id, list(features), method.name, event_json)
         for query_id, keys in features.items():
-            reservation = context.reserve(con, cfg, run_id, query_id, method.name, event_json)
+            reservation = reservations.get(query_id)
             if reservation is None:
                 refused.append(query_id)
                 continue

@@ -118,24 +118,28 @@ def encoder(cfg: Config):
     return _encoder(cfg.embedding.model, cfg.embedding.batch_size)
 
 
+def reserve_many(con: duckdb.DuckDBPyConnection, cfg: Config, run_id: str, query_ids: Sequence[str], mechanism: str,
+                 event_json: str, backlog: str | None = None) -> dict[str, ledger.Reservation]:
+    """Pay for the releases of `query_ids` from the config's private dataset before anything is drawn (privacy
+    invariant 3): {query id: reservation} for those paid, the others refused (the budget cannot pay). A charge that
+    a crashed run paid for the very same release and never used is taken over instead of paying again (privacy
+    invariant 8, dpicl/storage/recovery.py); the rest are paid in one transaction, in order, as many as the budget
+    can, one ledger entry each. `backlog` defaults to the config's."""
+    backlog = backlog or cfg.backlog
+    taken: dict[str, ledger.Reservation] = {}
+    if recovery.has_crashed_runs(con):  # the search for an unused charge reads the ledger: only after a crash
+        for query_id in query_ids:
+            found = recovery.take_over_unused_charge(con, dataset=cfg.private_dataset, run_id=run_id, backlog=backlog,
+                                                     query_id=query_id, mechanism=mechanism, event_json=event_json)
+            if found is not None:
+                taken[query_id] = found
+    paid = ledger.reserve_batch(con, dataset=cfg.private_dataset, run_id=run_id, backlog=backlog,
+                                query_ids=[q for q in query_ids if q not in taken], mechanism=mechanism,
+                                event_json=event_json)
+    return {**taken, **{r.query_id: r for r in paid}}
+
+
 def reserve(con: duckdb.DuckDBPyConnection, cfg: Config, run_id: str, query_id: str, mechanism: str,
-            event_json: str, backlog: str | None = None):
-    """Pay for one release from the config's private dataset before anything is drawn (privacy invariant 3);
-    None when its budget cannot pay. `backlog` defaults to the config's. A charge that a crashed run paid for this very
-    release and never used is taken over instead of paying again (privacy invariant 8, dpicl/storage/recovery.py)."""
-    taken_over = recovery.take_over_unused_charge(con, dataset=cfg.private_dataset, run_id=run_id,
-                                                  backlog=backlog or cfg.backlog, query_id=query_id,
-                                                  mechanism=mechanism, event_json=event_json)
-    if taken_over is not None:
-        return taken_over
-    return ledger.reserve(con, dataset=cfg.private_dataset, run_id=run_id, backlog=backlog or cfg.backlog,
-                          query_id=query_id, mechanism=mechanism, event_json=event_json)
-
-
-def reserve_batch(con: duckdb.DuckDBPyConnection, cfg: Config, run_id: str, query_ids: Sequence[str], mechanism: str,
-                  event_json: str) -> dict[str, ledger.Reservation]:
-    """Pay for the releases of a batch of queries in one transaction before anything is drawn: {query id:
-    reservation} for the queries the budget can pay for (the first ones, in order)."""
-    paid = ledger.reserve_batch(con, dataset=cfg.private_dataset, run_id=run_id, backlog=cfg.backlog,
-                                query_ids=query_ids, mechanism=mechanism, event_json=event_json)
-    return {r.query_id: r for r in paid}
+            event_json: str, backlog: str | None = None) -> ledger.Reservation | None:
+    """`reserve_many` for one release; None when the budget cannot pay."""
+    return reserve_many(con, cfg, run_id, [query_id], mechanism, event_json, backlog).get(query_id)

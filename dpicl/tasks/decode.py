@@ -32,8 +32,10 @@ def decode(db_path: str, run_id: str, query_ids: list[str]) -> list[dict]:
         records = load_records(con, cfg.private_dataset)
         teacher_key = get_dataset(con, cfg.private_dataset)["teacher_key"]
         queries = get_queries(con, cfg.backlog, query_ids)
+        # the whole batch is paid for (one transaction) before the first token
+        reservations = context.reserve_many(con, cfg, run_id, query_ids, method.name, event_json)
         for query_id in tqdm(query_ids, desc=f"{method.name} decode", unit="query"):
-            reservation = context.reserve(con, cfg, run_id, query_id, method.name, event_json)
+            reservation = reservations.get(query_id)
             if reservation is None:
                 refused.append(query_id)
                 continue

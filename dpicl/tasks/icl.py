@@ -40,8 +40,9 @@ def icl(db_path: str, run_id: str, query_ids: list[str]) -> list[dict]:
             answers = [cfg.task.labels[int(i)] for i in scores.argmax(axis=1)]
         else:
             answers = backend.generate(prompts, greedy_params(cfg), progress=True)
+        reservations = context.reserve_many(con, cfg, run_id, query_ids, m.name, event_json)  # free: all of them
         for query_id, answer in zip(query_ids, answers, strict=True):
-            reservation = context.reserve(con, cfg, run_id, query_id, m.name, event_json)
+            reservation = reservations[query_id]
             record_release(con, reservation, run_id=run_id, mechanism=m.name, answer=answer,
                            details={"demos_dataset": m.demos_dataset, "shots": m.shots})
             rows.append({"query_id": query_id, "status": "answered", "epsilon_cost": reservation.epsilon_cost})

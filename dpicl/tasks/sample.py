@@ -12,7 +12,7 @@ from dpicl.privacy.accounting.events import event_from_json
 from dpicl.privacy.accounting.guard import require_paid
 from dpicl.privacy.rng import make_rng
 from dpicl.privacy.sampling import assign_teachers
-from dpicl.storage import get_dataset, load_records, set_query_status
+from dpicl.storage import get_dataset, load_records, recovery, set_query_status
 from dpicl.storage.artifacts import artifact_key, put_artifact
 from dpicl.storage.ledger import payable_count
 from dpicl.tasks import context
@@ -25,9 +25,14 @@ def sample(db_path: str, run_id: str, query_ids: list[str]) -> dict[str, str]:
     with context.database(db_path) as con:
         run = context.run(con, run_id)
         cfg, method, event_json = run.cfg, run.cfg.method, run.event_json
-        # what the reservation will accept (the same incremental bound), so no inference is spent on the rest
-        capacity = payable_count(con, cfg.private_dataset, event_json, len(query_ids))
-        accepted, refused = query_ids[:capacity], query_ids[capacity:]
+        # what the reservation will accept (the same incremental bound), so no inference is spent on the rest: the
+        # queries whose charge a crashed run left unused (taken over, not paid again), then as many as the budget pays
+        reusable = recovery.reusable_queries(con, dataset=cfg.private_dataset, run_id=run_id, backlog=cfg.backlog,
+                                             query_ids=query_ids, mechanism=method.name, event_json=event_json)
+        paying = [q for q in query_ids if q not in reusable]
+        payable = set(paying[:payable_count(con, cfg.private_dataset, event_json, len(paying))])
+        accepted = [q for q in query_ids if q in reusable or q in payable]
+        refused = [q for q in query_ids if q not in reusable and q not in payable]
         set_query_status(con, cfg.backlog, refused, "refused_budget")
 
         dataset = get_dataset(con, cfg.private_dataset)

@@ -80,34 +80,35 @@ run(**kwargs)
 print("FINISHED", flush=True)
 """
 
-RESERVE = "dpicl.tasks.context:reserve"
+RESERVE = "dpicl.tasks.context:reserve_many"  # a whole batch per call (answer), one release (synthesize)
 GENERATE = "tests.pipeline.fakes:FakeBackend.generate"
 NEXT_TOKEN = "tests.pipeline.fakes:FakeBackend.next_token_logprobs"
 
-# (scenario, boundary, target, before/after, call, whether the retry takes over the unused charge)
+# (scenario, boundary, target, before/after, call, how many unused charges the retry takes over: batches of 3 are
+# paid before their first draw, and the budget pays for PLANNED = 5 queries: 3 + 2)
 FAULTS = [
-    ("answer-esa", "before reserve", RESERVE, "before", 2, False),
-    ("answer-esa", "after reserve", RESERVE, "after", 2, True),
-    ("answer-esa", "mid-inference", GENERATE, "before", 4, False),
-    ("answer-esa", "after draw (aggregate stored)", "dpicl.tasks.aggregate:put_artifact", "after", 2, False),
-    ("answer-esa", "before release", "dpicl.tasks.release:record_release", "before", 2, False),
-    ("answer-esa", "after release", "dpicl.tasks.release:record_release", "after", 2, False),
-    ("answer-dps-mozo", "before reserve", RESERVE, "before", 2, False),
-    ("answer-dps-mozo", "after reserve", RESERVE, "after", 2, True),
-    ("answer-dps-mozo", "mid-inference", NEXT_TOKEN, "before", 10, True),
-    ("answer-dps-mozo", "after draw (decoded)", "dpicl.methods.dps_mozo:DPSMozo.answer", "after", 2, True),
-    ("answer-dps-mozo", "before release", "dpicl.tasks.decode:record_release", "before", 2, True),
-    ("answer-dps-mozo", "after release", "dpicl.tasks.decode:record_release", "after", 2, False),
-    ("synthesize", "before reserve", RESERVE, "before", 1, False),
-    ("synthesize", "after reserve", RESERVE, "after", 1, True),
-    ("synthesize", "mid-inference", NEXT_TOKEN, "before", 5, True),
-    ("synthesize", "before release", "dpicl.tasks.synthesize:write_synthetic_dataset", "before", 1, True),
-    ("synthesize", "after release", "dpicl.tasks.synthesize:write_synthetic_dataset", "after", 1, False),
-    ("rerun", "before reserve", RESERVE, "before", 1, False),
-    ("rerun", "after reserve", RESERVE, "after", 1, False),
-    ("rerun", "after draw (aggregate stored)", "dpicl.tasks.aggregate:put_artifact", "after", 1, False),
-    ("rerun", "before release", "dpicl.tasks.release:record_release", "before", 1, False),
-    ("rerun", "after release", "dpicl.tasks.release:record_release", "after", 1, False),
+    ("answer-esa", "before reserve", RESERVE, "before", 2, 0),
+    ("answer-esa", "after reserve", RESERVE, "after", 2, 2),
+    ("answer-esa", "mid-inference", GENERATE, "before", 4, 0),
+    ("answer-esa", "after draw (aggregate stored)", "dpicl.tasks.aggregate:put_artifact", "after", 2, 1),
+    ("answer-esa", "before release", "dpicl.tasks.release:record_release", "before", 2, 0),
+    ("answer-esa", "after release", "dpicl.tasks.release:record_release", "after", 2, 0),
+    ("answer-dps-mozo", "before reserve", RESERVE, "before", 2, 0),
+    ("answer-dps-mozo", "after reserve", RESERVE, "after", 2, 2),
+    ("answer-dps-mozo", "mid-inference", NEXT_TOKEN, "before", 10, 3),
+    ("answer-dps-mozo", "after draw (decoded)", "dpicl.methods.dps_mozo:DPSMozo.answer", "after", 2, 2),
+    ("answer-dps-mozo", "before release", "dpicl.tasks.decode:record_release", "before", 2, 2),
+    ("answer-dps-mozo", "after release", "dpicl.tasks.decode:record_release", "after", 2, 1),
+    ("synthesize", "before reserve", RESERVE, "before", 1, 0),
+    ("synthesize", "after reserve", RESERVE, "after", 1, 1),
+    ("synthesize", "mid-inference", NEXT_TOKEN, "before", 5, 1),
+    ("synthesize", "before release", "dpicl.tasks.synthesize:write_synthetic_dataset", "before", 1, 1),
+    ("synthesize", "after release", "dpicl.tasks.synthesize:write_synthetic_dataset", "after", 1, 0),
+    ("rerun", "before reserve", RESERVE, "before", 1, 0),
+    ("rerun", "after reserve", RESERVE, "after", 1, 0),
+    ("rerun", "after draw (aggregate stored)", "dpicl.tasks.aggregate:put_artifact", "after", 1, 0),
+    ("rerun", "before release", "dpicl.tasks.release:record_release", "before", 1, 0),
+    ("rerun", "after release", "dpicl.tasks.release:record_release", "after", 1, 0),
 ]
 
 
@@ -323,11 +324,9 @@ def test_kill_9_then_run_again(request, templates, killed, fake_models, scenario
     statuses = dict(_rows(db, "SELECT run_id, status FROM runs"))
     assert all(statuses[r] == "crashed" for r in killed), "the killed run was not marked crashed"
     taken_over = _rows(db, "SELECT count(*) FROM ledger_reuses")[0][0]
-    if takes_over:
-        # one charge was paid and nothing drawn from it stored: the retry takes it over instead of paying again
-        assert taken_over == 1 and _unreleased(db) == at_kill - 1, "the retry paid again"
-    else:
-        assert taken_over == 0 and _unreleased(db) == at_kill
+    # charges paid with nothing drawn from them stored are taken over instead of paid again; the others stay spent
+    assert taken_over == takes_over, f"the retry took over {taken_over} charges, not {takes_over}"
+    assert _unreleased(db) == at_kill - takes_over, "the retry paid again"
     if flow == "answer":
         # the budget pays for PLANNED queries over both runs, minus charges lost to the crash
         assert state["releases"] == PLANNED - _unreleased(db)

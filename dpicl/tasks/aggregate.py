@@ -7,27 +7,16 @@ checking that their event is the one reserved (privacy invariant 9).
 
 from __future__ import annotations
 
-import dataclasses
 
 from prefect import get_run_logger, task
 
-from dpicl.privacy.accounting.events import event_from_json
-from dpicl.privacy.accounting.guard import PrivacyGuardError, require_paid
+from dpicl.privacy.accounting.guard import require_paid
+from dpicl.privacy.accounting.reuse import unamplified
 from dpicl.privacy.rng import make_rng
 from dpicl.storage import set_query_status
 from dpicl.storage.artifacts import artifact_key, get_artifacts, put_artifact
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
-
-
-def unamplified(event_json: str) -> str:
-    """The same mechanism charged without amplification by subsampling (rate 1): what a draw on a subsample that a
-    release already used pays (dpicl/tasks/rerun.py)."""
-    event = event_from_json(event_json)
-    if not hasattr(event, "sampling_rate"):
-        raise PrivacyGuardError(f"a ledger event of kind {event.kind!r} has no sampling rate; a draw on a reused "
-                                "subsample cannot be charged soundly")
-    return dataclasses.replace(event, sampling_rate=1.0).to_json()
 
 
 @task(name="aggregate", **STAGE)

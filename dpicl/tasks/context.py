@@ -1,5 +1,5 @@
-"""What every stage task needs: the run's stored config and plan, a database connection, the models (loaded once
-per process) and the accountant adapter used by the ledger. No algorithm lives here.
+"""What every stage task needs: the run's stored config and typed plan, a database connection, the models (loaded
+once per process) and the reservation of a batch's releases before anything is drawn. No algorithm lives here.
 
 A config *file* is read once, when a run opens (`config`); from then on every task of the run reads the config and
 plan stored with the run (`run`), so editing the file of a scheduled run cannot change what a running one uses

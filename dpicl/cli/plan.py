@@ -81,8 +81,8 @@ def plan(
                   "or plan without it")
         result, budget_state = _plan_config(config, db)
     else:
-        result, budget_state = _plan_flags(method or methods.DEFAULT, given, sampling_rate, queries, epsilon, delta, dataset,
-                                           dataset_size, max_new_tokens, db, as_json)
+        result, budget_state = _plan_flags(method or methods.DEFAULT, given, sampling_rate, queries, epsilon, delta,
+                                           dataset, dataset_size, max_new_tokens, db, as_json)
     budget = None
     if budget_state is not None:
         try:

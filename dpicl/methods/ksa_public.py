@@ -55,4 +55,5 @@ class KSAPublic(KeywordMethod):
         return select(cfg, plan, rate, domain, inputs["teacher_outputs"], rng, paid)
 
     def nonprivate(self, cfg, inputs, rng):
-        return top_keywords(cfg, public_domain(inputs["public_outputs"], inputs["zero_shot"]), inputs["teacher_outputs"])
+        domain = public_domain(inputs["public_outputs"], inputs["zero_shot"])
+        return top_keywords(cfg, domain, inputs["teacher_outputs"])

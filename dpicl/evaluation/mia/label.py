@@ -15,6 +15,7 @@ from dpicl.config import Config
 from dpicl.evaluation.mia.common import LOG_FLOOR, Record, _indices, _one_shot_prompts
 from dpicl.evaluation.mia.scores import AttackScores, _matrix_scores
 from dpicl.evaluation.mia.settings import DPSetting
+from dpicl.methods.rnm import RNM
 
 
 def label_attack_scores(backend, cfg: Config, records: Sequence[Record], test: Sequence[int],
@@ -57,5 +58,5 @@ def label_attack_scores(backend, cfg: Config, records: Sequence[Record], test: S
             released[k][:, i] = np.argmax(noisy, axis=1) == y
     out = _matrix_scores("icl", icl, None, {"shots": 1}, reference=zero)
     for matrix, setting in zip(released, [None, *rnm_settings]):
-        out += _matrix_scores("rnm", matrix, setting, {"teachers": teachers, "shots": 1})
+        out += _matrix_scores(RNM.name, matrix, setting, {"teachers": teachers, "shots": 1})
     return out

@@ -37,6 +37,8 @@ from dpicl.evaluation.mia.common import (
 )
 from dpicl.evaluation.mia.scores import AttackScores, _matrix_scores
 from dpicl.evaluation.mia.settings import DPSetting
+from dpicl.methods.adapmixed import AdaPMixED
+from dpicl.methods.dps_mozo import DPSMozo
 from dpicl.privacy.mechanisms import adapmixed, dps_mozo
 
 
@@ -150,8 +152,8 @@ def probability_attack_scores(backend, task: TaskConfig, records: Sequence[Recor
     out: list[AttackScores] = []
     for name, matrix, setting, details in (
         [("icl", icl, None, {"shots": 1})]
-        + [("dps-mozo", m, s, {}) for m, s in zip(mozo, mozo_settings)]
-        + [("adapmixed", m, s, {"screen_pass_rate": p / (steps * n)}) for m, s, p in zip(ada, ada_settings, passed)]
+        + [(DPSMozo.name, m, s, {}) for m, s in zip(mozo, mozo_settings)]
+        + [(AdaPMixED.name, m, s, {"screen_pass_rate": p / (steps * n)}) for m, s, p in zip(ada, ada_settings, passed)]
     ):
         out += _matrix_scores(name, matrix, setting, details, reference=zero)
     return out

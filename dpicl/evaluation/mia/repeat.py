@@ -34,6 +34,8 @@ from dpicl.evaluation.mia.common import Record, _clear_token_cache, _indices, _t
 from dpicl.evaluation.mia.scores import AttackScores
 from dpicl.evaluation.mia.settings import DPSetting, planned_setting
 from dpicl.inference.teachers import greedy_params
+from dpicl.methods.dp_fewshot import DPFewShot
+from dpicl.methods.synthetic_icl import SyntheticICL
 from dpicl.prompts import render_prompt, zero_shot_prompt
 
 
@@ -191,7 +193,7 @@ def _synthetic_icl_rows(backend, cfg: Config, records: Sequence[Record], trials:
     m, gen, task = cfg.method, cfg.generation, cfg.task
     rows = []
     for eps in epsilons:
-        plan, setting = planned_setting("dp-fewshot", eps, ens.delta, sampling_rate=ens.sampling_rate,
+        plan, setting = planned_setting(DPFewShot.name, eps, ens.delta, sampling_rate=ens.sampling_rate,
                                         queries=len(trials), forced={"tokens": gen.max_new_tokens},
                                         max_new_tokens=gen.max_new_tokens, splits=m.splits, mechanism=m.mechanism)
         demos = []
@@ -204,5 +206,5 @@ def _synthetic_icl_rows(backend, cfg: Config, records: Sequence[Record], trials:
             _clear_token_cache(backend)
         answers = backend.generate([render_prompt(task, [(q, d)], q) for q, d in zip(queries, demos)],
                                    greedy_params(cfg))
-        rows.append(("synthetic-icl", setting, {"splits": m.splits, "shots": m.shots}, answers))
+        rows.append((SyntheticICL.name, setting, {"splits": m.splits, "shots": m.shots}, answers))
     return rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from dpicl import methods as registry
 from dpicl.config import Config
 from dpicl.evaluation.mia.common import Record, _timed
 from dpicl.evaluation.mia.label import label_attack_scores
@@ -12,8 +13,18 @@ from dpicl.evaluation.mia.probability import probability_attack_scores
 from dpicl.evaluation.mia.repeat import repeat_attack_scores, repeat_trials
 from dpicl.evaluation.mia.scores import MIAResult, to_results
 from dpicl.evaluation.mia.settings import plan_probability_settings, planned_setting
+from dpicl.methods.adapmixed import AdaPMixED
+from dpicl.methods.dp_fewshot import DPFewShot
+from dpicl.methods.dps_mozo import DPSMozo
+from dpicl.methods.esa import ESA
+from dpicl.methods.ksa_jem import KSAJointEM
+from dpicl.methods.ksa_ptr import KSAPTR
+from dpicl.methods.ksa_public import KSAPublic
+from dpicl.methods.rnm import RNM
+from dpicl.methods.sga import SGA
+from dpicl.methods.synthetic_icl import SyntheticICL
 
-REPEAT_METHODS = ("esa", "ksa-jem", "ksa-ptr", "sga", "ksa-public", "synthetic-icl")
+REPEAT_METHODS = (ESA.name, KSAJointEM.name, KSAPTR.name, SGA.name, KSAPublic.name, SyntheticICL.name)
 
 
 def _load_records(cfg: Config) -> tuple[list[Record], list[Record], str | None]:
@@ -44,7 +55,7 @@ def method_config(cfg: Config, name: str, public_dataset: str | None = None, **m
     raw["method"] = {**(raw["method"] if cfg.method.name == name else {}), "name": name, **method}
     if public_dataset is not None:
         raw["public_dataset"] = public_dataset
-    if name == "dp-fewshot" and not raw.get("synthetic"):
+    if name == DPFewShot.name and not raw.get("synthetic"):
         raw["synthetic"] = {"name": "mia-synthetic"}  # required by the config; the attack writes nothing
     return Config.model_validate(raw)
 
@@ -96,15 +107,16 @@ def run_demo_mia(*, members: int = 40, nonmembers: int = 40, teachers: int = 10,
             with _timed(timings, "model loading"):
                 encoder = context.encoder(cfg)
         size = {"teachers": teachers, "shots": shots}
-        configs = [method_config(cfg, name, public_name if name in ("sga", "ksa-public") else None,
-                                 **size, **({"candidates": candidates} if name == "esa" and candidates else {}))
-                   for name in methods if name != "synthetic-icl"]
-        fewshot = (method_config(cfg, "dp-fewshot", public_name, splits=teachers, shots=shots)
-                   if "synthetic-icl" in methods else None)
+        configs = [method_config(cfg, name, public_name if registry.get(name).needs_public else None, **size,
+                                 **({"candidates": candidates} if registry.get(name).samples_candidates and candidates
+                                    else {}))
+                   for name in methods if name != SyntheticICL.name]
+        fewshot = (method_config(cfg, DPFewShot.name, public_name, splits=teachers, shots=shots)
+                   if SyntheticICL.name in methods else None)
         trials = repeat_trials(repeat_targets[:members], repeat_targets[members:], fillers, teachers=teachers,
                                shots=shots, rng=rng)
         say(f"repeat attack: {len(trials)} queries × {teachers} teachers, methods {', '.join(methods)}")
-        scores = repeat_attack_scores(backend, encoder, configs or [method_config(cfg, "esa", **size)], records,
+        scores = repeat_attack_scores(backend, encoder, configs or [method_config(cfg, ESA.name, **size)], records,
                                       trials, epsilons=epsilons, delta=delta, public=public, fewshot=fewshot,
                                       truncate_fraction=truncate_fraction, full_icl=full_icl, rng=rng,
                                       timings=timings)
@@ -117,8 +129,8 @@ def run_demo_mia(*, members: int = 40, nonmembers: int = 40, teachers: int = 10,
                                                  ada_members=ada_members)
         say(f"probability attack: {n_prob} queries × {n_prob} demonstrations")
         scores = probability_attack_scores(backend, cfg.task, records, prob_targets, fillers,
-                                           max_new_tokens=gen.max_new_tokens, mozo_settings=settings["dps-mozo"],
-                                           ada_settings=settings["adapmixed"], mozo_shots=mozo_shots,
+                                           max_new_tokens=gen.max_new_tokens, mozo_settings=settings[DPSMozo.name],
+                                           ada_settings=settings[AdaPMixED.name], mozo_shots=mozo_shots,
                                            ada_members=ada_members, rng=rng, timings=timings)
         results += to_results("probability", scores, bootstrap=bootstrap, rng=rng)
     if "label" in attacks:
@@ -129,7 +141,7 @@ def run_demo_mia(*, members: int = 40, nonmembers: int = 40, teachers: int = 10,
         order = [int(i) for i in rng.permutation(len(labelled))]
         test, label_fillers = order[:label_examples], order[label_examples:]
         rate = label_teachers / len(labelled)  # one-shot teachers
-        settings = [planned_setting("rnm", eps, delta, sampling_rate=rate, queries=label_examples,
+        settings = [planned_setting(RNM.name, eps, delta, sampling_rate=rate, queries=label_examples,
                                     forced_queries=label_examples)[1] for eps in epsilons]
         say(f"label attack ({label_config}): {label_examples} queries × {label_examples} demonstrations")
         with _timed(timings, "label attack (LLM)"):

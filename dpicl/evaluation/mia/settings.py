@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dpicl.evaluation.mia.common import _number
+from dpicl.methods.adapmixed import AdaPMixED
+from dpicl.methods.dps_mozo import DPSMozo
 from dpicl.privacy.mechanisms import adapmixed, dps_mozo
 
 
@@ -57,19 +59,19 @@ def plan_probability_settings(epsilons: Sequence[float], delta: float, *, n_reco
     from dpicl.privacy.accounting import total_epsilon
     from dpicl.privacy.accounting.events import DPSMozoEvent
 
-    out: dict[str, list[DPSetting]] = {"dps-mozo": [], "adapmixed": []}
+    out: dict[str, list[DPSetting]] = {DPSMozo.name: [], AdaPMixED.name: []}
     for eps in epsilons:
-        p = planning.plan("dps-mozo", sampling_rate=mozo_shots / n_records, queries=queries, epsilon=eps,
+        p = planning.plan(DPSMozo.name, sampling_rate=mozo_shots / n_records, queries=queries, epsilon=eps,
                           delta=delta, dataset_size=n_records, max_new_tokens=max_new_tokens, shots=mozo_shots,
                           # an attack measures the mechanism as configured, proven or not; it charges no budget
                           accept_unproven_guarantee=mozo_shots > 1)
         forced = [DPSMozoEvent(p.beta, p.alpha, 1.0, max_new_tokens)] * queries
-        out["dps-mozo"].append(DPSetting(eps, {"beta": p.beta, "alpha": p.alpha, "top_k": mozo_top_k,
+        out[DPSMozo.name].append(DPSetting(eps, {"beta": p.beta, "alpha": p.alpha, "top_k": mozo_top_k,
                                                "shots": mozo_shots, "sampling_rate": p.sampling_rate},
                                          total_epsilon(forced, delta), delta))
-        p = planning.plan("adapmixed", sampling_rate=1.0, queries=queries, epsilon=eps, delta=delta,
+        p = planning.plan(AdaPMixED.name, sampling_rate=1.0, queries=queries, epsilon=eps, delta=delta,
                           max_new_tokens=max_new_tokens, members=ada_members, alpha=ada_alpha)
         events = [p.event()] * queries
-        out["adapmixed"].append(DPSetting(eps, {"beta": p.beta, "alpha": p.alpha,
+        out[AdaPMixED.name].append(DPSetting(eps, {"beta": p.beta, "alpha": p.alpha,
                                                 "members": ada_members}, total_epsilon(events, delta), delta))
     return out

@@ -376,9 +376,14 @@ def test_cost_is_the_reserved_query_bound():
         am.cost(2.5, 0.001, 100, 64)
 
 
+def _plan(*args, members=am.PAPER_MEMBERS, **kwargs):
+    """The mechanism's plan at paper 003's ensemble size unless told otherwise (it has no default of its own)."""
+    return am.plan(*args, members=members, **kwargs)
+
+
 @pytest.mark.parametrize("epsilon", [1.0, 3.0, 8.0])
 def test_plan_certifies_epsilon_and_uses_the_budget(epsilon):
-    plan = am.plan(100, 64, epsilon, 1e-5)
+    plan = _plan(100, 64, epsilon, 1e-5)
     assert plan["method"] == "adapmixed" and plan["alpha"] == 18 and plan["members"] == 100
     assert plan["epsilon_certified"] <= epsilon
     assert plan["epsilon_certified"] == pytest.approx(epsilon, rel=1e-6)  # the largest β: nothing left over
@@ -390,22 +395,22 @@ def test_plan_certifies_epsilon_and_uses_the_budget(epsilon):
     assert plan["epsilon_certified"] == bbghs_epsilon([100 * plan["rdp_per_query"]], [18], 1e-5)
     # the feasible side: a slightly larger β would not fit
     with pytest.raises(ValueError, match="pays for"):
-        am.plan(100, 64, epsilon, 1e-5, beta=plan["beta"] * (1 + 1e-6))
-    assert am.plan(100, 64, epsilon, 1e-5, beta=plan["beta"])["beta"] == plan["beta"]
+        _plan(100, 64, epsilon, 1e-5, beta=plan["beta"] * (1 + 1e-6))
+    assert _plan(100, 64, epsilon, 1e-5, beta=plan["beta"])["beta"] == plan["beta"]
 
 
 def test_more_queries_or_tokens_give_smaller_beta():
-    betas = [am.plan(q, 32, 4.0, 1e-5)["beta"] for q in (10, 100, 1000)]
+    betas = [_plan(q, 32, 4.0, 1e-5)["beta"] for q in (10, 100, 1000)]
     assert betas[0] > betas[1] > betas[2] > 0
-    assert am.plan(100, 64, 4.0, 1e-5)["beta"] < am.plan(100, 32, 4.0, 1e-5)["beta"]
+    assert _plan(100, 64, 4.0, 1e-5)["beta"] < _plan(100, 32, 4.0, 1e-5)["beta"]
 
 
 def test_plan_rejects_a_beta_that_does_not_fit():
     with pytest.raises(ValueError, match=r"pays for 0 of the 100 queries; beta <= "):
-        am.plan(100, 64, 8.0, 1e-5, beta=0.2)
-    small = am.plan(10, 64, 8.0, 1e-5)["beta"]
+        _plan(100, 64, 8.0, 1e-5, beta=0.2)
+    small = _plan(10, 64, 8.0, 1e-5)["beta"]
     with pytest.raises(ValueError, match=r"pays for 10 of the 100 queries"):
-        am.plan(100, 64, 8.0, 1e-5, beta=small)
+        _plan(100, 64, 8.0, 1e-5, beta=small)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -426,4 +431,4 @@ def test_plan_bad_inputs(kwargs, match):
     args = dict(queries=100, max_new_tokens=64, epsilon=8.0, delta=1e-5)
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        am.plan(**args)
+        _plan(**args)

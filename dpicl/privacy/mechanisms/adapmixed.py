@@ -72,7 +72,7 @@ from .renyi import largest_feasible, renyi_divergence, symmetric_renyi
 METHOD = "adapmixed"  # name in `dpicl plan` and label of the ledger event
 ALPHA = 18
 BETA = 0.2
-MEMBERS = 100
+PAPER_MEMBERS = 100  # 003's ensemble size; a run's default is its settings' (CPU-sized), dpicl/methods/adapmixed.py
 SCREEN_SIGMA = 1e-2
 SCREEN_LAMBDA = 1e-4
 THRESHOLD = 4.5
@@ -452,7 +452,7 @@ def _largest_beta(fits) -> float:
     return largest(fits, start=1e-3, limit=_BETA_MAX, steps=_BISECT_STEPS)
 
 
-def plan(queries: int, max_new_tokens: int, epsilon: float, delta: float, *, members: int = MEMBERS,
+def plan(queries: int, max_new_tokens: int, epsilon: float, delta: float, *, members: int,
          alpha: int = ALPHA, beta: float | None = None, screen_lam: float = SCREEN_LAMBDA,
          screen_sigma: float = SCREEN_SIGMA, top_k: int = TOP_K, threshold: float = THRESHOLD) -> dict:
     """Parameters of ``queries`` AdaPMixED queries of up to ``max_new_tokens`` tokens each within (ε, δ), charged

@@ -6,7 +6,6 @@ handle and return metric values only (privacy invariant 5).
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from pathlib import Path
 
@@ -14,23 +13,12 @@ from prefect import get_run_logger, task
 
 from dpicl.evaluation import sweep
 from dpicl.evaluation.report import markdown_table, plot, summarize
-from dpicl.privacy.rng import make_rng
+from dpicl.privacy.rng import benchmark_rng, derived_seed
 from dpicl.storage.evaluations import store_evaluation
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
 
 _ENSEMBLES: dict[str, sweep.Ensemble] = {}
-
-
-def _derived(seed: int, *labels) -> bytes:
-    return hashlib.sha256(":".join(map(str, (seed, *labels))).encode()).digest()
-
-
-def _rng(seed: int | None, repetition: int, label: str):
-    """Crypto-seeded unless a seed is given (benchmark mode: reproducible sweeps)."""
-    if seed is None:
-        return make_rng()
-    return make_rng(int.from_bytes(_derived(seed, repetition, label)[:8], "big"), test_mode=True)
 
 
 @task(name="ensemble", **STAGE)
@@ -42,8 +30,8 @@ def build_ensemble(config_paths: list[str], queries: int, repetition: int, seed:
     data = sweep.load_benchmark(configs, queries)
     logger = get_run_logger()
     ens = sweep.build_ensemble(configs, data, context.backend(base), context.encoder,
-                               _rng(seed, repetition, "ensemble"), delta=delta,
-                               teacher_key=None if seed is None else _derived(seed, "teacher-key"),
+                               benchmark_rng(seed, repetition, "ensemble"), delta=delta,
+                               teacher_key=None if seed is None else derived_seed(seed, "teacher-key"),
                                progress=lambda stage: logger.info("repetition %d: %s", repetition, stage))
     handle = uuid.uuid4().hex
     _ENSEMBLES[handle] = ens
@@ -73,7 +61,7 @@ def sweep_method(handle: str, config_path: str, epsilons: list[float], metrics: 
                  repetition: int, seed: int | None) -> list[dict]:
     """One method at every ε and without noise, on the repetition's shared ensemble."""
     ens, cfg = _ENSEMBLES[handle], context.config(config_path)
-    rng = _rng(seed, repetition, cfg.name)
+    rng = benchmark_rng(seed, repetition, cfg.name)
     backend = context.backend(cfg)
     rows = []
     for eps in [*epsilons, sweep.INF]:

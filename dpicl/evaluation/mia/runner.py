@@ -75,7 +75,7 @@ def run_demo_mia(*, members: int = 40, nonmembers: int = 40, teachers: int = 10,
     ``label_config``'s records (default AG News, as paper 000). ``seed`` fixes every draw (benchmark mode); None
     draws from the OS. ``progress`` receives stage names (no data). One ``MIAResult`` per attack × method × ε."""
     from dpicl.config import load_config
-    from dpicl.privacy.rng import make_rng
+    from dpicl.privacy.rng import benchmark_rng
     from dpicl.tasks import context
 
     unknown = set(attacks) - {"repeat", "probability", "label"}
@@ -86,7 +86,7 @@ def run_demo_mia(*, members: int = 40, nonmembers: int = 40, teachers: int = 10,
                          f"{', '.join(REPEAT_METHODS)}")
     say = progress or (lambda message: None)
     cfg = load_config(config)
-    rng = make_rng(seed, test_mode=True) if seed is not None else make_rng()
+    rng = benchmark_rng(seed)
     results: list[MIAResult] = []
     if backend is None:
         say("loading the LLM")

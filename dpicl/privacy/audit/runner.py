@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..rng import make_rng
+from ..rng import benchmark_rng
 from .cases import DEFAULT_DELTA, SPECS
 from .estimate import lower_bound_from_pairs
 
@@ -128,7 +128,7 @@ def run_audit(
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     variant = _resolve_broken(name, broken)
-    rng = make_rng(seed, test_mode=True)
+    rng = benchmark_rng(seed)
     start = time.perf_counter()
     case = spec.function(int(trials), rng, float(delta), variant)
     bound = lower_bound_from_pairs(case.pairs, delta, confidence, selection_fraction)

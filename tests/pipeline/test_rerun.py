@@ -65,15 +65,16 @@ def _build(tmp: Path) -> tuple[str, str, str]:
         "batch_queries": 3,
     }))
     backend, encoder = FakeBackend(), FakeEncoder()
-    real_reserve = context.reserve
+    real_reserve = context.reserve_many
 
-    def reserve(con, cfg, run_id, query_id, *args, **kwargs):
-        return None if query_id in REFUSED_AT_AGGREGATE else real_reserve(con, cfg, run_id, query_id, *args, **kwargs)
+    def reserve_many(con, cfg, run_id, query_ids, *args, **kwargs):
+        paying = [q for q in query_ids if q not in REFUSED_AT_AGGREGATE]
+        return real_reserve(con, cfg, run_id, paying, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(context, "backend", lambda cfg: backend)
         mp.setattr(context, "encoder", lambda cfg: encoder)
-        mp.setattr(context, "reserve", reserve)
+        mp.setattr(context, "reserve_many", reserve_many)
         answer_backlog(config=str(config), db=str(db))
     con = connect(db, read_only=True)
     (run_id,) = con.execute("SELECT run_id FROM runs").fetchone()

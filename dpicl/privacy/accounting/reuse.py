@@ -33,6 +33,7 @@ import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
 
+from ..search import bisect_int
 from .accountant import ledger_epsilon
 from .events import PublicDataEvent, event_from_json
 from .guard import PrivacyGuardError
@@ -94,8 +95,4 @@ def affordable_prefix(query_ids: Sequence[str], categories: Mapping[str, str], o
         adds = new_charges(query_ids[:n], categories, owed, event_json, reused_event)
         return ledger_epsilon([*spent, *adds], delta) <= limit
 
-    lo, hi = 0, len(query_ids)  # lo fits; hi does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
+    return bisect_int(fits, 0, len(query_ids))  # none fits trivially; all do not (the caller checked)

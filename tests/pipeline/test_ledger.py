@@ -181,3 +181,60 @@ def test_the_migration_carries_an_older_ledger_into_the_state(tmp_path):
     assert budget_summary(con, "d")["epsilon_spent"] == pytest.approx(ledger_epsilon([event] * 7, 1e-5))
     assert verify_budget(con, "d")["ok"]
     con.close()
+
+
+def _reserve_in_turns(db: str, worker: int, event_json: str, rounds: int) -> int:
+    """A process that reserves batches of 4 until the budget refuses, opening the file for each batch and waiting
+    while another process holds it (as the stage tasks do)."""
+    from dpicl.storage.ledger import reserve_batch
+    from dpicl.tasks.context import database
+
+    paid = 0
+    for r in range(rounds):
+        with database(db) as con:
+            got = reserve_batch(con, dataset="d", run_id=f"w{worker}", backlog="b",
+                                query_ids=[f"w{worker}-{r}-{i}" for i in range(4)], mechanism="esa",
+                                event_json=event_json)
+        paid += len(got)
+        if len(got) < 4:
+            break
+    return paid
+
+
+@pytest.mark.slow
+def test_processes_reserving_at_once_never_exceed_the_limit(tmp_path):
+    """Three processes race for one budget: together they pay for exactly what one process alone would, the state
+    agrees with the entries, and the exact accountant over every entry stays within the limit."""
+    import multiprocessing
+
+    from dpicl.storage.ledger import reserve_batch, verify_budget
+
+    data = write_jsonl(tmp_path / "d.jsonl", [{"input": f"t{i}", "output": f"s{i}"} for i in range(20)])
+    db = str(tmp_path / "race.duckdb")
+    con = connect(db)
+    ingest_dataset(con, data, "d", "private", "summarization", FieldMap())
+    open_budget(con, "d", 1.0, 1e-5)
+    con.close()
+    event = esa.cost(noise_multiplier=2.0, sampling_rate=0.2).to_json()
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        paid = pool.starmap(_reserve_in_turns, [(db, w, event, 50) for w in range(3)])
+    con = connect(db)
+    try:
+        entries = ledger_events(con, "d")
+        assert sum(paid) == len(entries) > 0
+        assert ledger_epsilon(entries, 1e-5) <= 1.0
+        assert verify_budget(con, "d")["ok"]
+        # one more reservation is refused: the racing processes left nothing the budget could still pay for
+        assert reserve_batch(con, dataset="d", run_id="late", backlog="b", query_ids=["late"], mechanism="esa",
+                             event_json=event) == []
+    finally:
+        con.close()
+    alone = connect(str(tmp_path / "alone.duckdb"))
+    try:
+        ingest_dataset(alone, data, "d", "private", "summarization", FieldMap())
+        open_budget(alone, "d", 1.0, 1e-5)
+        solo = reserve_batch(alone, dataset="d", run_id="solo", backlog="b", query_ids=[f"s{i}" for i in range(200)],
+                             mechanism="esa", event_json=event)
+    finally:
+        alone.close()
+    assert sum(paid) == len(solo)

@@ -23,9 +23,9 @@ from dpicl.privacy.mechanisms import esa, joint_em, ksa_ptr
 
 # Trials for the audits that loop over single calls (the vectorised ones use their defaults): enough for a
 # correct mechanism to pass and a broken one to be caught with these seeds, small enough for ~1 min in all.
-CORRECT_TRIALS = {"ksa-joint-em": 3_000, "ksa-ptr": 3_000, "adapmixed": 2_000}
+CORRECT_TRIALS = {"ksa-jem": 3_000, "ksa-ptr": 3_000, "adapmixed": 2_000}
 BROKEN_TRIALS = {"ksa-ptr": 1_000, "adapmixed": 600}
-LOOPED = {"ksa-joint-em", "ksa-ptr", "adapmixed"}  # one Python call per trial: seconds per audit
+LOOPED = {"ksa-jem", "ksa-ptr", "adapmixed"}  # one Python call per trial: seconds per audit
 SEED = 7
 
 
@@ -152,7 +152,7 @@ def test_batched_draws_refuse_a_mechanism_that_reduces_over_its_noise():
 
 
 def test_registry_names_and_variants():
-    assert set(AUDITS) == {"rnm-gaussian", "esa", "ksa-joint-em", "ksa-ptr", "dpm", "dp-fewshot-gaussian",
+    assert set(AUDITS) == {"rnm", "esa", "ksa-jem", "ksa-ptr", "sga", "dp-fewshot-gaussian",
                            "dp-fewshot-exponential", "dps-mozo", "adapmixed"}
     for audit in AUDITS.values():
         assert audit.broken_variants and audit.default_trials >= 1000 and audit.description
@@ -176,12 +176,12 @@ def test_seeded_audits_are_reproducible():
 
 
 def test_unknown_names_are_errors():
-    with pytest.raises(ValueError, match="one of: rnm-gaussian"):
+    with pytest.raises(ValueError, match="one of: rnm"):
         run_audit("nope")
     with pytest.raises(ValueError, match="one of: half-noise"):
-        run_audit("rnm-gaussian", broken="nope")
+        run_audit("rnm", broken="nope")
     with pytest.raises(ValueError, match="trials"):
-        run_audit("rnm-gaussian", trials=10)
+        run_audit("rnm", trials=10)
 
 
 @pytest.mark.parametrize("name", [_maybe_slow(n) for n in AUDITS])
@@ -206,7 +206,7 @@ def test_broken_variants_restore_the_mechanisms():
     assert esa._clip_rows_to_unit_norm is clip and ksa_ptr.ptr_passes is passes
     # the sensitivity-1 variants patch the module constant the mechanisms read at call time; it must come back
     run_audit("esa", trials=1_000, seed=SEED, broken="sensitivity-1")
-    run_audit("ksa-joint-em", trials=100, seed=SEED, broken="sensitivity-1")
+    run_audit("ksa-jem", trials=100, seed=SEED, broken="sensitivity-1")
     assert esa.SENSITIVITY == 2.0 and joint_em.SENSITIVITY == 2.0
 
 
@@ -239,4 +239,4 @@ def test_cli_table_and_unknown_mechanism():
     bad = runner.invoke(_app(), ["audit", "nope"])
     assert bad.exit_code == 2
     assert bad.stderr.startswith("error: unknown mechanism 'nope'") and bad.stdout == ""
-    assert "rnm-gaussian" in bad.output and "adapmixed" in bad.output
+    assert "rnm" in bad.output and "adapmixed" in bad.output

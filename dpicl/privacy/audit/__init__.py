@@ -12,7 +12,7 @@ mechanism (tests only) show that the audits have the power to refute.
     result = run_audit("esa", seed=0)
     result.passed, result.claimed_epsilon, result.epsilon_lower_bound
 
-Names: ``AUDITS`` (``rnm-gaussian``, ``esa``, ``ksa-joint-em``, ``ksa-ptr``, ``dpm``, ``dp-fewshot-gaussian``,
+Names: ``AUDITS`` (``rnm``, ``esa``, ``ksa-jem``, ``ksa-ptr``, ``sga``, ``dp-fewshot-gaussian``,
 ``dp-fewshot-exponential``, ``dps-mozo``, ``adapmixed``).
 """
 

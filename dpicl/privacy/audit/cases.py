@@ -487,20 +487,20 @@ def _audit_adapmixed(trials: int, rng: np.random.Generator, delta: float, broken
 
 
 SPECS: dict[str, Spec] = {s.name: s for s in [
-    Spec("rnm-gaussian", _audit_rnm, 1_000_000, {"half-noise": "noise multiplier halved"},
+    Spec("rnm", _audit_rnm, 1_000_000, {"half-noise": "noise multiplier halved"},
          "RNM-Gaussian vote (001 §3.1)"),
     Spec("esa", _audit_esa, 1_000_000,
          {"sensitivity-1": "noise calibrated to Δ = 1 instead of 2 (the papers' ESA code, §12.1 item 5)",
           "no-clip": "teacher embeddings not clipped to unit norm"},
          "Gaussian on the sum of unit embeddings (001 §3.2.1)"),
-    Spec("ksa-joint-em", _audit_joint_em, 10_000,
+    Spec("ksa-jem", _audit_joint_em, 10_000,
          {"sensitivity-1": "joint EM with Δ = 1 instead of 2 (the papers' neighbor_type=1, §12.1 item 4)"},
          "KSA joint exponential mechanism (001 §3.2.2)"),
     Spec("ksa-ptr", _audit_ksa_ptr, 6_000,
          {"no-test": "the PTR test skipped (always passes)",
           "off-by-one": "the first k* tokens released while g[k*] is tested (the reference code, §12.1 item 1)"},
          "KSA propose-test-release with FindBestK (001 App A.3.2)"),
-    Spec("dpm", _audit_dpm, 1_000_000,
+    Spec("sga", _audit_dpm, 1_000_000,
          {"sensitivity-1": "leaf-sum noise calibrated to Δ = 1 (add/remove) instead of 2 (one point replaced)"},
          "DPM private clustering for SGA (004)"),
     Spec("dp-fewshot-gaussian", _audit_fewshot_gaussian, 1_000_000, {"half-noise": "noise multiplier halved"},

@@ -95,8 +95,9 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
     for r in released:
         table.add_row(r["query_id"], f"{r['epsilon_cost']:.4f}", r["answer"])
     console.print(table)
-    console.print("ε cost = how much the query raised the budget's total ε (the accountant's upper bound over "
-                  "all releases); under composition the first releases raise it most.")
+    console.print("ε cost = how much the query raised the budget's recorded ε (the accountant's upper bound over "
+                  "all releases). The ledger computes that bound ahead for a range of releases (docs/PRIVACY.md, "
+                  "'The composed state'): the release that computes it shows the step, those it covers show 0.")
 
     budget = result["budget"]
     planted = canaries()

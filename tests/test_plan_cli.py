@@ -186,3 +186,13 @@ def test_plan_of_a_config_is_the_plan_its_run_stores(budget_db, tmp_path):
     assert out["delta0_fraction"] == 0.25 and out["budget"]["dataset"] == "priv"
     mixed = runner.invoke(app, ["plan", str(config), "--method", "esa", "--db", budget_db])
     assert mixed.exit_code == 2 and "--method" in mixed.output
+
+
+def test_the_registry_lists_methods_in_one_order_whatever_was_imported_first():
+    import subprocess
+    import sys
+
+    script = ("import dpicl.methods.sga, dpicl.methods.rnm; from dpicl import methods; "
+              "print(','.join(methods.names()))")
+    fresh = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert fresh.stdout.strip().split(",") == methods.names() and methods.names()[0] == methods.DEFAULT

@@ -40,13 +40,18 @@ def get(name: str) -> Method:
     """The method named `name`; ValueError naming the known ones otherwise."""
     _load_builtin()
     if name not in _REGISTRY:
-        raise ValueError(f"unknown method {name!r}; known: {', '.join(_REGISTRY)}")
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(names())}")
     return _REGISTRY[name]
 
 
 def all_methods() -> list[Method]:
+    """Every registered method: the built-in ones in their order, then the others as registered (the order modules
+    happened to be imported in must not show)."""
     _load_builtin()
-    return list(_REGISTRY.values())
+    builtin = [f"dpicl.methods.{module}" for module in _BUILTIN]
+    rank = {m.name: builtin.index(type(m).__module__) if type(m).__module__ in builtin else len(builtin)
+            for m in _REGISTRY.values()}
+    return sorted(_REGISTRY.values(), key=lambda m: rank[m.name])
 
 
 def names() -> list[str]:

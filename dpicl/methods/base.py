@@ -188,7 +188,7 @@ class EnsembleMethod(Method):
     release_only: ClassVar[frozenset[str]] = frozenset()
     # public texts embedded beside the teacher outputs (esa, sga); None: no embed stage
     public_texts: ClassVar[PublicTexts | None] = None
-    # public texts inferred beside the teachers: ESA's zero-shot candidates, or the public ensemble (004)
+    # sampled zero-shot candidates inferred beside the teachers (ESA's; `candidate_params` says how)
     samples_candidates: ClassVar[bool] = False
 
     def sampling_rate(self, settings: EnsembleSettings, facts: Facts) -> float:

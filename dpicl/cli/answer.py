@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from dpicl.cli.budget import print_budget
-from dpicl.cli.common import DbOption, JsonOption, check_config, check_names, connect
+from dpicl.cli.common import DbOption, JsonOption, check_config, check_names, read
 from dpicl.cli.console import console
 from dpicl.cli.errors import fail
 
@@ -50,11 +50,7 @@ def releases(backlog: str, db: DbOption = None, as_json: JsonOption = False) -> 
     from dpicl.storage.ledger import stored_releases
 
     check_names((backlog, "backlog name"))
-    con = connect(db, read_only=True)
-    try:
-        rows = stored_releases(con, backlog)
-    finally:
-        con.close()
+    rows = read(db, stored_releases, backlog)
     if as_json:
         print(json.dumps(rows))
         return

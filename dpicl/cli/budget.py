@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from dpicl.cli.common import DbOption, JsonOption, check_names, connect, writing
+from dpicl.cli.common import DbOption, JsonOption, check_names, read, writing
 from dpicl.cli.console import console
 from dpicl.cli.errors import fail
 
@@ -45,11 +45,7 @@ def budget_show(dataset: str, db: DbOption = None, as_json: JsonOption = False) 
     from dpicl.storage.ledger import budget_summary
 
     check_names((dataset, "dataset name"))
-    con = connect(db, read_only=True)
-    try:
-        summary = budget_summary(con, dataset)
-    finally:
-        con.close()
+    summary = read(db, budget_summary, dataset)
     if as_json:
         print(json.dumps(summary))
         return
@@ -63,11 +59,7 @@ def budget_verify(dataset: str, db: DbOption = None, as_json: JsonOption = False
     from dpicl.storage.ledger import verify_budget
 
     check_names((dataset, "dataset name"))
-    con = connect(db, read_only=True)
-    try:
-        result = verify_budget(con, dataset)
-    finally:
-        con.close()
+    result = read(db, verify_budget, dataset)
     if as_json:
         print(json.dumps(result))
     else:

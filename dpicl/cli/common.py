@@ -31,6 +31,15 @@ def connect(db: Path | None, read_only: bool = False):
         fail(f"cannot open the database {str(path)!r} ({type(err).__name__}); check --db")
 
 
+def read(db: Path | None, query, *args):
+    """``query(con, *args)`` on the database opened read-only, closed again before anything is printed."""
+    con = connect(db, read_only=True)
+    try:
+        return query(con, *args)
+    finally:
+        con.close()
+
+
 @contextmanager
 def writing(db: Path | None) -> Iterator:
     """A read-write connection; if the command fails and it created the database file, the file is removed

@@ -239,7 +239,7 @@ class GaussianPlan(Plan):
     sensitivity: float
     sigma: float
     sampling_rate: float
-    # the papers' value, before certifying it against the ledger's upper bound
+    # the searched value, before certifying it against the accountant's upper bound
     noise_multiplier_uncertified: float
 
     def describe(self) -> str:

@@ -108,11 +108,8 @@ def test_the_batch_reach_covers_the_whole_batch_with_one_evaluation():
 
 
 def test_prv_refuses_a_composition_beyond_its_memory_bound_and_the_ledger_falls_back_to_rdp():
-    from prv_accountant import PoissonSubsampledGaussianMechanism
-
     big = ComposedEvent(SubsampledGaussianEvent(0.6, 0.667, 1.0, "esa"), 10_000)  # 24 GB in the library's search
-    prv = PoissonSubsampledGaussianMechanism(noise_multiplier=0.6, sampling_probability=0.667)
-    assert mesh_bytes([prv], [10_000], 0.005, 1e-10) > 2e9  # the premise: unbounded, this would not fit
+    assert mesh_bytes((("gaussian", 0.6, 0.667),), (10_000,), 0.005, 1e-10) > 2e9  # the premise: unbounded, this would not fit
     with pytest.raises(AccountantCapacityError):
         PRVAccountant().epsilon([big], DELTA)
     assert math.isfinite(total_epsilon([big], DELTA))  # RDP answers; nothing crashes
@@ -120,16 +117,15 @@ def test_prv_refuses_a_composition_beyond_its_memory_bound_and_the_ledger_falls_
 
 def test_a_composition_over_the_memory_bound_is_coarsened_and_stays_an_upper_bound(monkeypatch):
     import dpicl.privacy.accounting.prv as prv_module
-    from prv_accountant import PoissonSubsampledGaussianMechanism
 
     event = ComposedEvent(SubsampledGaussianEvent(5.0, 0.02, 1.0, "esa"), 3_000)
     unbounded = PRVAccountant().epsilon([event], DELTA)  # the default mesh fits the default bound
     monkeypatch.setattr(prv_module, "MAX_BYTES", 2e7)
     prv = PRVAccountant()
-    lib = PoissonSubsampledGaussianMechanism(noise_multiplier=5.0, sampling_probability=0.02)
-    eps_error = prv.mesh_eps_error([lib], [3_000])
+    key = (("gaussian", 5.0, 0.02),)
+    eps_error = prv.mesh_eps_error(key, (3_000,))
     assert eps_error > prv.eps_error  # the premise: under this bound the default mesh does not fit
-    assert mesh_bytes([lib], [3_000], eps_error, prv.delta_error) <= 2e7
+    assert mesh_bytes(key, (3_000,), eps_error, prv.delta_error) <= 2e7
     bounded = prv.epsilon([event], DELTA)
     # both are upper bounds of the same true ε, each within its own error of the estimate
     assert unbounded - 2 * prv.eps_error <= bounded <= unbounded + 2 * eps_error

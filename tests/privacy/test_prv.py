@@ -127,3 +127,43 @@ def test_more_noise_less_epsilon_and_total_epsilon_agrees():
     e3 = acc.epsilon([SubsampledGaussianEvent(1.0, 0.10, 1.0)] * 50, 1e-5)
     assert e2 < e1 < e3
     assert total_epsilon([SubsampledGaussianEvent(1.0, 0.05, 1.0)] * 50, 1e-5) == e1
+
+
+@pytest.mark.parametrize("nm,q,count", [(11.0, 0.027, 100_000), (0.8, 0.027, 100), (2.0, 0.3, 1_000)])
+def test_the_fast_domain_covers_the_safe_one_with_an_fft_friendly_length(nm, q, count):
+    import warnings
+
+    from prv_accountant import PRVAccountant as LibAccountant
+    from prv_accountant.accountant import compute_safe_domain_size
+    from scipy.fft import next_fast_len
+
+    from dpicl.privacy.accounting.prv import _prv, fast_half_width, safe_half_width
+
+    key = (("gaussian", nm, q),)
+    for eps_error in (0.005, 0.05):
+        safe = compute_safe_domain_size([_prv(key[0])], [count], eps_error=eps_error, delta_error=1e-10)
+        assert safe_half_width(key, (count,), eps_error, 1e-10) == pytest.approx(safe, rel=1e-12)
+        assert fast_half_width(key, (count,), eps_error, 1e-10) >= safe
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        lib = LibAccountant(prvs=[_prv(key[0])], max_self_compositions=[count], eps_error=0.05, delta_error=1e-10,
+                            eps_max=fast_half_width(key, (count,), 0.05, 1e-10))
+    size = len(lib.composer.self_composers[0].prvs[0].pmf)
+    assert size % 2 == 0 and next_fast_len(size, real=True) == size
+
+
+@pytest.mark.parametrize("nm,q,count", [(5.0, 0.02, 3_000), (0.9, 0.05, 200)])
+def test_the_fast_domain_gives_the_librarys_bound(nm, q, count):
+    """Our evaluation (a larger, FFT-friendly domain) against the library's own on its safe domain: each is an upper
+    bound within eps_error of the same estimate, so ours is never below the library's lower bound."""
+    from prv_accountant import PoissonSubsampledGaussianMechanism
+    from prv_accountant import PRVAccountant as LibAccountant
+
+    delta = 1e-5
+    ours = PRVAccountant()
+    lib = LibAccountant(prvs=[PoissonSubsampledGaussianMechanism(noise_multiplier=nm, sampling_probability=q)],
+                        max_self_compositions=[count], eps_error=ours.eps_error, delta_error=ours.delta_error)
+    lower, _, upper = lib.compute_epsilon(delta=delta - ours.delta_error, num_self_compositions=[count])
+    ε = ours.epsilon([SubsampledGaussianEvent(nm, q, 1.0)] * count, delta)
+    assert lower <= ε <= upper + 1e-4
+    assert ours.estimate([SubsampledGaussianEvent(nm, q, 1.0)] * count, delta) == pytest.approx(ε - ours.eps_error)

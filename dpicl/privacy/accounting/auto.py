@@ -20,17 +20,18 @@ def choose_accountant(events: Sequence[PrivacyEvent]):
     raise UnsupportedEventError(f"no accountant supports all of {sorted({type(e).__name__ for e in events})}")
 
 
-def total_epsilon(events: Sequence[PrivacyEvent], delta: float) -> float:
+def total_epsilon(events: Sequence[PrivacyEvent], delta: float, prv: PRVAccountant | None = None) -> float:
     """Upper bound on ε of composing all ``events`` at ``delta``: the smaller of the PRV and RDP accountants' bounds
     among those that support every event (both are sound; PRV is the tighter for Gaussians, RDP for subsampled
     pure-DP steps, which PRV can only compose as randomized response).
 
     prv-accountant 0.2.0 sometimes fails numerically ("Discrete mean differs from continuous mean", e.g. for
-    pure-DP steps with ε̄ just above 0.1); the RDP bound then answers alone.
+    pure-DP steps with ε̄ just above 0.1); the RDP bound then answers alone. ``prv``: the PRV accountant to use
+    (default: the ledger's).
     """
     choose_accountant(events)  # raises when no accountant supports them all
     bounds = []
-    for accountant in (PRVAccountant(), RDPAccountant()):
+    for accountant in (prv or PRVAccountant(), RDPAccountant()):
         if all(accountant.supports(e) for e in events):
             try:
                 bounds.append(accountant.epsilon(events, delta))
@@ -41,12 +42,16 @@ def total_epsilon(events: Sequence[PrivacyEvent], delta: float) -> float:
 
 
 class AutoAccountant:
-    """An accountant object whose ``epsilon`` is :func:`total_epsilon` (the ledger's choice, per call)."""
+    """An accountant object whose ``epsilon`` is :func:`total_epsilon` (the ledger's choice, per call), with ``prv``
+    as its PRV accountant (default: the ledger's)."""
 
     name = "auto"
+
+    def __init__(self, prv: PRVAccountant | None = None):
+        self.prv = prv
 
     def supports(self, event: PrivacyEvent) -> bool:
         return PRVAccountant().supports(event) or RDPAccountant().supports(event)
 
     def epsilon(self, events: Sequence[PrivacyEvent], delta: float) -> float:
-        return total_epsilon(events, delta)
+        return total_epsilon(events, delta, self.prv)

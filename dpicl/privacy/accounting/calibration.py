@@ -18,16 +18,21 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
 
+import scipy.optimize
 from prv_accountant.dpsgd import find_noise_multiplier as _prv_find_noise_multiplier
 
 from ..search import bisect, bisect_int, doubling
 from .auto import AutoAccountant
 from .events import ComposedEvent, PrivacyEvent, SubsampledGaussianEvent
-from .prv import MAX_BYTES, PRVAccountant, mesh_bytes
+from .prv import PRVAccountant
 from .rdp import RDPAccountant
 
 # Relative precision of the certified noise multiplier (0.01 %), far inside the 0.5 % allowance.
 _REL_TOL = 1e-4
+# Memory bounds of calibration's PRV evaluations (prv.MAX_BYTES is the ledger's): about 10⁶ mesh points to
+# certify, 2·10⁵ to search; each evaluation's time is about proportional to its points.
+CERTIFY_BYTES = 4e8
+SEARCH_BYTES = 8e7
 
 _cache_dir: Path | None = None  # set by the application (set_cache_dir); None: the environment decides
 
@@ -122,64 +127,58 @@ def _rdp_noise_multiplier(sampling_rate: float, queries: int, epsilon: float, de
     return bisect(fits, hi, lo, rel_tol=_REL_TOL, relative_to="lower")  # hi fits
 
 
-def _library_search_fits(nm_rdp: float, sampling_rate: float, queries: int, delta: float) -> bool:
-    """Whether prv-accountant's own search stays within the memory bound: it starts at nm = √2 and evaluates down to
-    about the PRV answer over √2, at eps_error 0.005 and delta_error δ/1000 (rate 0.667 with 10⁴ queries took 24 GB)."""
-    from prv_accountant import PoissonSubsampledGaussianMechanism
-
-    lowest = PoissonSubsampledGaussianMechanism(noise_multiplier=min(math.sqrt(2), nm_rdp / 2),
-                                                sampling_probability=sampling_rate)
-    return mesh_bytes([lowest], [queries], 0.005, delta / 1000) <= MAX_BYTES
+def _certifier() -> PRVAccountant:
+    """The PRV accountant calibration certifies with: the ledger's mesh up to about 10⁶ points (about a second per
+    evaluation on one laptop core; every plan up to ~10⁴ queries), a coarser one beyond — a looser bound, so at
+    10⁵ queries a noise multiplier about eps_error/ε larger (0.6 % at ε = 3) for a `dpicl plan` of seconds."""
+    return PRVAccountant(max_bytes=CERTIFY_BYTES)
 
 
-def _bounded_search(nm_rdp: float, sampling_rate: float, queries: int, epsilon: float, delta: float,
-                    evaluations: int = 8) -> float:
-    """Where the library's search would not fit: from the RDP-certified nm, a bracketed secant search in
-    (log nm, log ε) with the ledger's memory-bounded PRV accountant (ε is close to a power of nm there, so a few
-    evaluations land within 0.1 %); the smallest nm either accountant certifies."""
-    prv = PRVAccountant()
+def _estimate_search(sampling_rate: float, queries: int, epsilon: float, delta: float) -> float:
+    """The noise multiplier at which the certifier's bound is expected to meet ``epsilon``: from the RDP-certified
+    nm, steps down (at most halving nm per step) until the expected bound passes the target, then Brent's method in
+    log nm, on a coarse PRV *estimate* (a quarter second each; within far less than its error bound of the fine
+    one) plus the certifier's eps_error. The smallest nm expected to fit; only a starting point, which calibration
+    certifies. The RDP value if PRV cannot answer."""
+    nm_rdp = _rdp_noise_multiplier(sampling_rate, queries, epsilon, delta)
+    searcher, certifier = PRVAccountant(max_bytes=SEARCH_BYTES, max_eps_error=math.inf), _certifier()
+    fits = [math.log(nm_rdp)]  # log nm of every evaluation expected to fit
 
-    def log_excess(nm: float) -> float:
-        return math.log(_epsilon_for(prv, nm, sampling_rate, queries, delta) / epsilon)
-
-    best = nm_rdp
-    fit = (math.log(nm_rdp), None)  # (log nm, log ε/target) of the smallest nm known to fit
-    miss = None  # the same for the largest nm known not to fit
-    x = math.log(nm_rdp)
-    for _ in range(evaluations):
+    @functools.cache  # Brent's method asks again for the bracket's ends
+    def log_excess(x: float) -> float:
+        """log(expected certified ε / target) at nm = e^x; positive: does not fit."""
+        nm = math.exp(x)
+        event = SubsampledGaussianEvent(nm, sampling_rate, sensitivity=1.0, mechanism="calibration")
         try:
-            y = log_excess(math.exp(x))
-        except RuntimeError:  # too large even coarsened: what was certified so far stands
-            break
+            margin = certifier.mesh_eps_error((("gaussian", nm, sampling_rate),), (queries,))
+            y = math.log((searcher.estimate(times(event, queries), delta) + margin) / epsilon)
+        except RuntimeError:  # beyond what PRV resolves (far too little noise, or too large): not a fit
+            return 1.0
         if y <= 0:
-            best, fit = min(best, math.exp(x)), (x, y)
-        else:
-            miss = (x, y)
-        if fit[1] is not None and abs(fit[1]) < 1e-3:
+            fits.append(x)
+        return y
+
+    x_fit = math.log(nm_rdp)
+    y_fit = log_excess(x_fit)
+    if y_fit > 0:  # PRV certifies nothing below the RDP value here
+        return nm_rdp
+    for _ in range(10):
+        x = x_fit + max(1.2 * y_fit, -0.7)  # ε ≈ c·nm^-k with k ≥ 1 this far out: a little past the root
+        y = log_excess(x)
+        if y > 0:
+            scipy.optimize.brentq(log_excess, x, x_fit, xtol=2e-4, maxiter=12, full_output=True, disp=False)
             break
-        if miss is None:  # no bracket yet: ε ≈ c·nm^-2 at least this far out; step past the root
-            x = fit[0] + fit[1] / 2 * 1.2 if fit[1] is not None else x - 0.2
-        elif fit[1] is None:
-            break
-        else:
-            (x0, y0), (x1, y1) = fit, miss
-            if x0 - x1 < 1e-4:
-                break
-            secant = x0 - y0 * (x1 - x0) / (y1 - y0)
-            x = min(max(secant, x1 + 0.02 * (x0 - x1)), x0 - 0.02 * (x0 - x1))  # strictly inside the bracket
-    return best
+        x_fit, y_fit = x, y
+    return math.exp(min(fits))
 
 
 @functools.lru_cache(maxsize=256)
 def searched_noise_multiplier(sampling_rate: float, queries: int, epsilon: float, delta: float) -> float:
-    """Where calibration starts (before certification): prv-accountant's search where it fits in memory (the
-    papers' call and value), else an RDP bisection tightened by a few bounded PRV steps (kept on disk too)."""
-    nm_rdp = _rdp_noise_multiplier(sampling_rate, queries, epsilon, delta)
-    if _library_search_fits(nm_rdp, sampling_rate, queries, delta):
-        return find_noise_multiplier(sampling_rate, queries, epsilon, delta)
+    """Where calibration starts, before certification (:func:`_estimate_search`; kept on disk, so a new process does
+    not search again). The papers' search (:func:`find_noise_multiplier`) aims at the same point, to its tolerance."""
     arguments = dict(sampling_rate=sampling_rate, queries=queries, epsilon=epsilon, delta=delta,
-                     search="rdp-then-bounded-prv")
-    return _stored_search(arguments, lambda: _bounded_search(nm_rdp, sampling_rate, queries, epsilon, delta))
+                     search="prv-estimate-brent", certify_bytes=CERTIFY_BYTES, search_bytes=SEARCH_BYTES)
+    return _stored_search(arguments, lambda: _estimate_search(sampling_rate, queries, epsilon, delta))
 
 
 def calibrate_noise_multiplier(
@@ -187,13 +186,13 @@ def calibrate_noise_multiplier(
 ) -> float:
     """Per-query nm whose accountant upper bound over ``queries`` compositions is ≤ ``epsilon``.
 
-    find_noise_multiplier's value if the accountant certifies it; otherwise the smallest larger value (to
-    0.01 %) that it certifies.
+    The searched value (:func:`searched_noise_multiplier`) if the accountant (default: the ledger's, with the
+    certifier's mesh) certifies it; otherwise the smallest larger value (to 0.01 %) that it certifies.
     """
     if queries < 1:
         raise ValueError(f"queries must be >= 1, got {queries}")
     default = accountant is None
-    accountant = accountant or AutoAccountant()
+    accountant = accountant or AutoAccountant(prv=_certifier())
     nm = searched_noise_multiplier(sampling_rate, queries, epsilon, delta)
 
     def fits(x: float) -> bool:
@@ -303,6 +302,6 @@ def plan_gaussian(method: str, sensitivity: float, sampling_rate: float, queries
         "queries": queries,
         "epsilon": epsilon,
         "delta": delta,
-        # the papers' value, before certifying it against the ledger's upper bound
+        # the searched value, before certifying it against the accountant's upper bound
         "noise_multiplier_uncertified": searched_noise_multiplier(sampling_rate, queries, epsilon, delta),
     }

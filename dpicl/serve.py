@@ -29,6 +29,7 @@ the per-run query limit are the deployment's; a call cannot choose a config file
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import ipaddress
 import os
 import secrets
@@ -131,7 +132,15 @@ def check_bind(host: str, allow_remote: bool) -> None:
 
 
 def token_path(db_path: str | Path) -> Path:
-    """Where the API token of the server for database `db_path` is kept: beside it, `<db>.serve-token`."""
+    """Where the API token of the server for database `db_path` is kept: beside it, `<db>.serve-token`; for a
+    PostgreSQL database in Prefect's home, named by a hash of the URL."""
+    from dpicl.storage.postgres import is_url
+
+    if is_url(str(db_path)):
+        from prefect.settings import get_current_settings
+
+        digest = hashlib.sha256(str(db_path).encode()).hexdigest()[:12]
+        return Path(get_current_settings().home).expanduser() / f"dpicl-postgres-{digest}.serve-token"
     return Path(f"{db_path}.serve-token")
 
 
@@ -268,7 +277,7 @@ def serve(config: str, db: str | None, *, interval: float | None = None, cron: s
 
     from dpicl.config import load_config, resolve_config_path
     from dpicl.served import ENV, Deployment
-    from dpicl.storage.db import default_db_path, restrict_new_files
+    from dpicl.storage.db import default_db_path, is_file_target, restrict_new_files
 
     if interval is None and cron is None:
         interval = 3600.0
@@ -279,7 +288,8 @@ def serve(config: str, db: str | None, *, interval: float | None = None, cron: s
     check_bind(host, allow_remote)
     config_path = str(Path(resolve_config_path(config)).resolve())
     load_config(config_path)  # a config that does not parse fails here, not in every scheduled run
-    db_path = str(Path(db or default_db_path()).resolve())
+    target = db or default_db_path()
+    db_path = str(Path(target).resolve()) if is_file_target(target) else str(target)
     prefect_home = Path(get_current_settings().home).expanduser().resolve()
     restrict_new_files()  # the server's database (flow runs, logs) and the token: owner-only
     token, created = load_or_create_token(token_path(db_path))

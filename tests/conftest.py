@@ -18,3 +18,40 @@ def pytest_unconfigure(config):
     import logging
 
     logging.raiseExceptions = False
+
+
+# A real PostgreSQL for the storage tests that run on both backends: one throw-away server per session (the
+# machine's initdb/pg_ctl), a fresh database per test. Skipped where no binaries exist, never in CI.
+import itertools  # noqa: E402
+
+import pytest  # noqa: E402
+
+_databases = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    from dpicl.storage.throwaway_postgres import PostgresUnavailable, ThrowawayPostgres
+
+    try:
+        server = ThrowawayPostgres().start()
+    except PostgresUnavailable as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the PostgreSQL tests: {error}")
+        pytest.skip(str(error))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """The URL of a new, empty PostgreSQL database."""
+    return postgres_server.create_database(f"test_{next(_databases)}")
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def database(request, tmp_path) -> str:
+    """A fresh database on each backend: a DuckDB file path, or a PostgreSQL URL."""
+    if request.param == "duckdb":
+        return str(tmp_path / "test.duckdb")
+    return request.getfixturevalue("postgres_url")

@@ -12,26 +12,27 @@ import typer
 
 from dpicl.cli.errors import fail
 
-DbOption = Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (default: $DPICL_DB or ./dpicl.duckdb)")]
+DbOption = Annotated[Optional[str], typer.Option(
+    "--db", help="DuckDB file, or a postgresql:// URL (default: $DPICL_DB or ./dpicl.duckdb)")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
-def connect(db: Path | None, read_only: bool = False):
-    """The database, or one `error:` line if it cannot be opened (locked, newer schema, missing, not DuckDB)."""
-    import duckdb
-
+def connect(db: str | Path | None, read_only: bool = False):
+    """The database, or one `error:` line if it cannot be opened (locked, unreachable, newer schema, missing, not
+    DuckDB)."""
     from dpicl.storage import db as storage
 
     path = db or storage.default_db_path()
     try:
         return storage.connect(path, read_only=read_only)
-    except (storage.DatabaseLockedError, storage.SchemaVersionError, FileNotFoundError) as err:
+    except (storage.DatabaseLockedError, storage.DatabaseUnavailableError, storage.SchemaVersionError,
+            FileNotFoundError) as err:
         fail(str(err))
-    except (duckdb.Error, OSError, ValueError) as err:  # e.g. not a DuckDB file, a directory, a NUL in the path
-        fail(f"cannot open the database {str(path)!r} ({type(err).__name__}); check --db")
+    except (*storage.DB_ERRORS, OSError, ValueError) as err:  # not a DuckDB file, a directory, a NUL in the path
+        fail(f"cannot open the database {storage.describe_target(path)!r} ({type(err).__name__}); check --db")
 
 
-def read(db: Path | None, query, *args):
+def read(db: str | Path | None, query, *args):
     """``query(con, *args)`` on the database opened read-only, closed again before anything is printed."""
     con = connect(db, read_only=True)
     try:
@@ -41,14 +42,15 @@ def read(db: Path | None, query, *args):
 
 
 @contextmanager
-def writing(db: Path | None) -> Iterator:
+def writing(db: str | Path | None) -> Iterator:
     """A read-write connection; if the command fails and it created the database file, the file is removed
-    (a refused first ingest leaves no empty database behind)."""
-    from dpicl.storage.db import default_db_path
+    (a refused first ingest leaves no empty database behind; a PostgreSQL database is the server's to keep)."""
+    from dpicl.storage.db import default_db_path, is_file_target
 
-    path = Path(db or default_db_path())
-    new = not path.exists()
-    con = connect(path)
+    target = db or default_db_path()
+    path = Path(target) if is_file_target(target) else None
+    new = path is not None and not path.exists()
+    con = connect(target)
     try:
         yield con
     except BaseException:

@@ -167,12 +167,12 @@ def _plan_flags(name, given, sampling_rate, queries, epsilon, delta, dataset, da
         _fail(str(err))
 
 
-def _only_budget(db: Path | None) -> str | None:
+def _only_budget(db: str | None) -> str | None:
     """The dataset of the only open budget in the database, if there is exactly one (for `plan`'s summary)."""
-    from dpicl.storage.db import default_db_path
+    from dpicl.storage.db import default_db_path, is_file_target
 
     path = db or default_db_path()
-    if not Path(path).is_file():
+    if is_file_target(path) and not Path(path).is_file():
         return None
     try:
         con = _connect(path, read_only=True)

@@ -13,16 +13,18 @@ from dpicl.cli.console import console
 from dpicl.cli.errors import fail
 
 
-def _open_read_only(db: Path):
+def _open_read_only(db: str | Path):
     """A read-only connection; a database from before migration 0003 (no run_sources) is read as it is, since a
     dry run must not migrate (it changes nothing)."""
     import duckdb
 
-    from dpicl.storage.db import SchemaVersionError, connect
+    from dpicl.storage.db import SchemaVersionError, connect, is_file_target
 
     try:
         return connect(db, read_only=True)
     except SchemaVersionError:
+        if not is_file_target(db):
+            raise
         return duckdb.connect(str(db), read_only=True)
 
 
@@ -96,11 +98,11 @@ def rerun(
     """Re-run a past run from a stage with another method or parameters, reusing its stored teacher outputs and
     embeddings (no LLM call before that stage). Serving stored releases and post-processing stored DP aggregates is
     free; every new draw from private artifacts is a new release, charged to the ledger like any run."""
-    from dpicl.storage.db import default_db_path
+    from dpicl.storage.db import default_db_path, is_file_target
     from dpicl.tasks.rerun import analyse
 
     path = db or default_db_path()
-    if not Path(path).is_file():
+    if is_file_target(path) and not Path(path).is_file():
         fail(f"no dpicl database at {path}; pass --db FILE (or set DPICL_DB)")
     con = _open_read_only(path)
     try:

@@ -20,6 +20,10 @@ pending queries. `database_writer(db_path)` serialises them:
    lock (a CLI command such as `dpicl ingest`), instead of crashing on "database is locked";
 4. finally it marks the runs of processes that no longer exist as `crashed` (`dpicl.storage.runs`).
 
+A PostgreSQL database needs none of this: many processes and machines write to it at once, and the database
+serialises what must be serialised (a reservation locks its budget row; pending queries are claimed with
+`FOR UPDATE SKIP LOCKED`: `dpicl.storage.queries`).
+
 Order is always limit → file lock → file, so waiting never deadlocks. A waiting run logs what it waits for every
 `WAIT_LOG_SECONDS`. Names, pids and paths' file names only: nothing here sees private text.
 """
@@ -38,6 +42,7 @@ from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 
 from dpicl import liveness
+from dpicl.storage.db import is_file_target
 
 LIMIT_PREFIX = "dpicl-db-"
 DEFAULT_FILE_WAIT_SECONDS = 600.0
@@ -247,7 +252,7 @@ def database_writer(db_path: str | os.PathLike, *, timeout_seconds: float | None
     Uses the Prefect limit only with a Prefect server (see the module docstring); `:memory:` needs no lock.
     """
     target = os.fspath(db_path)
-    if target == ":memory:":
+    if not is_file_target(target):  # ":memory:", or PostgreSQL: concurrency is the database's (row locks)
         yield ""
         return
     name, lock = limit_name(target), lock_path(target)

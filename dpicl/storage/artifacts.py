@@ -60,7 +60,7 @@ def has_artifact(con: duckdb.DuckDBPyConnection, key: str) -> bool:
 
 def get_artifacts(con: duckdb.DuckDBPyConnection, keys: Iterable[str]) -> dict[str, Any]:
     """The payloads of the stored ones among `keys`, in one query (missing keys are absent from the dict)."""
-    rows = con.execute("SELECT key, format, payload FROM artifacts WHERE list_contains(?, key)",
+    rows = con.execute("SELECT key, format, payload FROM artifacts WHERE key = ANY(?)",
                        [list(keys)]).fetchall()
     return {key: _decode(fmt, payload) for key, fmt, payload in rows}
 

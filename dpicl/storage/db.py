@@ -1,6 +1,11 @@
-"""Opening the dpicl DuckDB database: where it lives, schema migrations, transactions.
+"""Opening the dpicl database: where it lives, schema migrations, transactions.
 
-One DuckDB file holds everything (docs/ARCHITECTURE.md, "Storage"). DuckDB allows one writing process per file, and while
+One database holds everything (docs/ARCHITECTURE.md, "Storage"): a DuckDB file (the embedded default) or a
+PostgreSQL database, chosen by the target: a `postgresql://` URL (in `$DPICL_DB` or `--db`) opens PostgreSQL
+(`dpicl.storage.postgres`, for many processes and machines sharing one ledger: docs/SCALING.md), anything else is a
+DuckDB file path. Both have the same tables and migration versions; `dialect(con)` says which one a connection is.
+
+DuckDB allows one writing process per file, and while
 that process holds it no other process can open it at all, not even read-only (docs/STACK.md): `connect` turns
 that lock error into one that says so and what to do.
 
@@ -24,8 +29,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
+import psycopg
+
+from dpicl.storage import postgres
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+POSTGRES_MIGRATIONS_DIR = MIGRATIONS_DIR / "postgres"
+# what either engine raises for a failed statement
+DB_ERRORS = (duckdb.Error, psycopg.Error)
+# the PostgreSQL advisory lock held while migrating (any fixed 64-bit number of ours)
+MIGRATION_LOCK_KEY = 0x6470_69636C_0001
 _MIGRATION_NAME = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
@@ -33,32 +46,57 @@ class DatabaseLockedError(RuntimeError):
     """The database file is held by another process."""
 
 
+class DatabaseUnavailableError(RuntimeError):
+    """The database server cannot be reached (PostgreSQL)."""
+
+
 class SchemaVersionError(RuntimeError):
     """The database's schema does not match the migrations this code knows."""
 
 
-def default_db_path() -> Path:
-    """`$DPICL_DB` if set, else `./dpicl.duckdb`."""
-    return Path(os.environ.get("DPICL_DB") or "dpicl.duckdb")
+def default_db_path() -> Path | str:
+    """`$DPICL_DB` if set (a DuckDB file path, or a `postgresql://` URL, returned as it is), else
+    `./dpicl.duckdb`."""
+    target = os.environ.get("DPICL_DB") or "dpicl.duckdb"
+    return target if postgres.is_url(target) else Path(target)
 
 
-def migrations() -> list[tuple[int, str, Path]]:
-    """The migration files as (version, name, path), in version order."""
+def is_file_target(target: str | Path) -> bool:
+    """Whether a database target is a DuckDB file (not ":memory:", not a PostgreSQL URL)."""
+    return not postgres.is_url(str(target)) and str(target) != ":memory:"
+
+
+def dialect(con) -> str:
+    """"duckdb" or "postgres": which engine a connection of `connect` talks to."""
+    return getattr(con, "dialect", "duckdb")
+
+
+def describe_target(target: str | Path) -> str:
+    """A database target as it may be shown: a file path, or a URL without its password."""
+    return postgres.redacted(target) if postgres.is_url(target) else str(target)
+
+
+def migrations(engine: str = "duckdb") -> list[tuple[int, str, Path]]:
+    """The migration files of an engine ("duckdb" or "postgres") as (version, name, path), in version order."""
+    folder = POSTGRES_MIGRATIONS_DIR if engine == postgres.DIALECT else MIGRATIONS_DIR
     found = []
-    for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
+    for path in sorted(folder.glob("*.sql")):
         match = _MIGRATION_NAME.match(path.name)
         if match is None:
             raise SchemaVersionError(f"migration file {path.name} is not named NNNN_name.sql")
         found.append((int(match.group(1)), match.group(2), path))
     versions = [version for version, _, _ in found]
     if len(set(versions)) != len(versions):
-        raise SchemaVersionError(f"two migration files share a version number in {MIGRATIONS_DIR}")
+        raise SchemaVersionError(f"two migration files share a version number in {folder}")
     return found
 
 
-def connect(path: str | Path | None = None, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open the database (default `default_db_path()`; ":memory:" allowed) with its schema up to date."""
+def connect(path: str | Path | None = None, read_only: bool = False):
+    """Open the database (default `default_db_path()`; ":memory:" allowed; a `postgresql://` URL opens
+    PostgreSQL) with its schema up to date."""
     target = str(default_db_path() if path is None else path)
+    if postgres.is_url(target):
+        return _connect_postgres(target, read_only)
     if read_only and target != ":memory:" and not Path(target).exists():
         raise FileNotFoundError(
             f"no dpicl database at {target}; create it first with a command that writes (e.g. `dpicl ingest`)"
@@ -90,6 +128,26 @@ def connect(path: str | Path | None = None, read_only: bool = False) -> duckdb.D
     return con
 
 
+def _connect_postgres(url: str, read_only: bool) -> postgres.PostgresConnection:
+    try:
+        con = postgres.PostgresConnection(url, read_only=read_only)
+    except psycopg.OperationalError as error:
+        reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        raise DatabaseUnavailableError(
+            f"cannot connect to the PostgreSQL database {postgres.redacted(url)}: {reason}. Check that the server "
+            "runs and the URL (host, port, user, database name) is right"
+        ) from None
+    try:
+        if read_only:
+            _check_current(con, postgres.redacted(url))
+        else:
+            _migrate(con)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
 def restrict_new_files() -> None:
     """Files and directories this process creates from now on are its owner's only (umask 077 added to the
     current one, never loosened)."""
@@ -109,7 +167,7 @@ def _owner_only(*paths: Path) -> None:
 
 
 @contextmanager
-def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+def transaction(con) -> Iterator:
     """BEGIN; COMMIT on success; ROLLBACK on any exception, which is re-raised. Not reentrant."""
     con.execute("BEGIN TRANSACTION")
     try:
@@ -120,13 +178,15 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
     con.execute("COMMIT")
 
 
-def applied_versions(con: duckdb.DuckDBPyConnection) -> set[int]:
+def table_exists(con, table: str) -> bool:
+    """Whether the database (its current schema) has a table of that name."""
+    return con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() "
+                       "AND table_name = ?", [table]).fetchone()[0] > 0
+
+
+def applied_versions(con) -> set[int]:
     """Versions recorded in `schema_migrations` (empty when the table does not exist yet)."""
-    exists = con.execute(
-        "SELECT count(*) FROM duckdb_tables() "
-        "WHERE database_name = current_database() AND schema_name = 'main' AND table_name = 'schema_migrations'"
-    ).fetchone()[0]
-    if not exists:
+    if not table_exists(con, "schema_migrations"):
         return set()
     return {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
 
@@ -140,8 +200,8 @@ def _check_unknown(applied: set[int], known: list[tuple[int, str, Path]], target
         )
 
 
-def _check_current(con: duckdb.DuckDBPyConnection, target: str) -> None:
-    known = migrations()
+def _check_current(con, target: str) -> None:
+    known = migrations(dialect(con))
     applied = applied_versions(con)
     _check_unknown(applied, known, target)
     missing = [f"{version:04d}_{name}" for version, name, _ in known if version not in applied]
@@ -153,22 +213,33 @@ def _check_current(con: duckdb.DuckDBPyConnection, target: str) -> None:
         )
 
 
-def _migrate(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations "
-        "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
-    )
-    known = migrations()
-    applied = applied_versions(con)
-    _check_unknown(applied, known, "the database")
+def _migrate(con) -> None:
+    engine = dialect(con)
+    known = migrations(engine)
+    with transaction(con):
+        if engine == postgres.DIALECT:
+            # processes that connect at once (workers starting together) migrate one after the other
+            con.execute("SELECT pg_advisory_xact_lock(?)", [MIGRATION_LOCK_KEY])
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations "
+            "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
+        )
+        applied = applied_versions(con)
+        _check_unknown(applied, known, "the database")
+        if all(version in applied for version, _, _ in known):
+            return
     for version, name, path in known:
         if version in applied:
             continue
         try:
             with transaction(con):
+                if engine == postgres.DIALECT:
+                    con.execute("SELECT pg_advisory_xact_lock(?)", [MIGRATION_LOCK_KEY])
+                    if version in applied_versions(con):  # another process applied it meanwhile
+                        continue
                 con.execute(path.read_text(encoding="utf-8"))
                 con.execute(
                     "INSERT INTO schema_migrations VALUES (?, ?, current_timestamp)", [version, name]
                 )
-        except duckdb.Error as error:
+        except DB_ERRORS as error:
             raise SchemaVersionError(f"migration {path.name} failed and was rolled back: {error}") from error

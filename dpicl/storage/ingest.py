@@ -32,6 +32,10 @@ different population; it is recorded in the dataset's `field_map` with the datas
 not turn a dataset with a budget into public data, nor replace one with ledger entries at all. Backlogs (queries)
 are not compared.
 
+On PostgreSQL the file is read and validated by an in-memory DuckDB (the same readers and checks), and the staged
+records are copied into a TEMP table of the PostgreSQL transaction, with their content hashes computed by DuckDB
+(`dpicl_record_sha256`), before the steps that compare them with what is registered and write them.
+
 Everything is validated before anything is written, and each ingest is one transaction: a file is ingested
 whole or not at all. Records and queries are private text: an `IngestError` says what is wrong, where (file,
 row, field) and how to fix it, and never contains a value from the file. Column names read from the file (JSON
@@ -49,6 +53,8 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Literal
@@ -56,7 +62,7 @@ from typing import Literal
 import duckdb
 
 from dpicl.names import name_problem
-from dpicl.storage.db import transaction
+from dpicl.storage.db import connect, dialect, transaction
 from dpicl.storage.ingest_options import (
     FORMAT_NAMES,
     FORMATS,
@@ -104,16 +110,17 @@ def ingest_dataset(con: duckdb.DuckDBPyConnection, path: str | Path, name: str,
     _check_name(path, name, "dataset name")
     roles = {"id": (fields.id, True), "input": (fields.input, True), "output": (fields.output, True)}
     options = ReadOptions.check(path, format, pattern, header, labels, fields, ("output",), subset)
-    with transaction(con):
+    with _staging(con) as staging, transaction(con):
         existing = con.execute("SELECT kind FROM datasets WHERE name = ?", [name]).fetchone()
         if existing and not replace:
             raise IngestError(path, f"a dataset named '{name}' already exists; ingest under another name, "
                                     "or replace it (--replace)")
         if existing:
             check_replaceable(con, path, name, existing[0], kind)
-        source = SourceFile.read(con, path, options)
-        stage = stage_records(source, roles, skip_empty=skip_empty)
+        source = SourceFile.read(staging, path, options)
+        stage_records(source, roles, skip_empty=skip_empty)
         keep_subset(source, options.subset, f"dataset '{name}'")
+        stage = _staged(con, source, ("id", "input", "output"))
         n = con.execute(f"SELECT count(*) FROM {stage}").fetchone()[0]
         recorded = asdict(fields) | options.recorded()
         repeated, in_common = registered_repeats(con, name, kind, source.sha256, recorded, stage)
@@ -152,10 +159,11 @@ def ingest_queries(con: duckdb.DuckDBPyConnection, path: str | Path, backlog: st
     _check_name(path, backlog, "backlog name")
     roles = {"id": (fields.id, True), "input": (fields.input, True), "reference": (fields.reference, False)}
     options = ReadOptions.check(path, format, pattern, header, labels, fields, ("reference",), subset)
-    with transaction(con):
-        source = SourceFile.read(con, path, options)
-        stage = stage_records(source, roles, skip_empty=skip_empty)
+    with _staging(con) as staging, transaction(con):
+        source = SourceFile.read(staging, path, options)
+        stage_records(source, roles, skip_empty=skip_empty)
         keep_subset(source, options.subset, f"backlog '{backlog}'")
+        stage = _staged(con, source, ("id", "input", "reference"))
         clash = con.execute(
             f"SELECT s.row_no FROM {stage} s JOIN queries q ON q.backlog = ? AND q.query_id = s.id "
             "WHERE q.input <> s.input ORDER BY s.row_no LIMIT 1", [backlog]).fetchone()
@@ -181,9 +189,41 @@ def _check_name(path: Path, name: object, what: str) -> None:
         raise IngestError(path, problem)
 
 
-def _insert_records(con: duckdb.DuckDBPyConnection, name: str, stage: str) -> None:
+def _insert_records(con, name: str, stage: str) -> None:
     con.execute(f"INSERT INTO records SELECT ?, id, row_no, input, output FROM {stage} ORDER BY row_no", [name])
-    con.execute(f"INSERT INTO record_hashes SELECT ?, id, dpicl_record_sha256(input, output) FROM {stage}", [name])
+    con.execute(f"INSERT INTO record_hashes SELECT ?, id, content_sha256 FROM {stage}", [name])
+
+
+@contextmanager
+def _staging(con) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Where the file is read and validated: the DuckDB database itself, or an in-memory DuckDB for PostgreSQL."""
+    if dialect(con) == "duckdb":
+        yield con
+        return
+    staging = connect(":memory:")
+    try:
+        yield staging
+    finally:
+        staging.close()
+
+
+def _staged(con, source: SourceFile, roles: tuple[str, ...]) -> str:
+    """The validated records as a TEMP table of ``con`` (row_no, the roles' text, and for demonstrations their
+    content hash): made from the source's stage, copied over when ``con`` is not the DuckDB that staged them."""
+    columns = ["row_no", *roles]
+    if "output" in roles:
+        columns.append("dpicl_record_sha256(input, output) AS content_sha256")
+    table = f"{source.stage_table}_final"
+    source.con.execute(f"CREATE TEMP TABLE {table} AS SELECT {', '.join(columns)} FROM {source.stage_table}")
+    source.extra_tables.append(table)
+    if source.con is con:
+        return table
+    names = [c.split(" AS ")[-1] for c in columns]
+    con.execute(f"CREATE TEMP TABLE {table} (row_no BIGINT, {', '.join(f'{n} VARCHAR' for n in names[1:])}) "
+                "ON COMMIT DROP")
+    con.copy_rows(table, names, source.con.execute(f"SELECT {', '.join(names)} FROM {table} ORDER BY row_no")
+                  .fetchall())
+    return table
 
 
 def ingest_source(con: duckdb.DuckDBPyConnection, source, *, replace: bool = False) -> IngestReport:

@@ -32,6 +32,7 @@ class SourceFile:
         self.lines = f"_ingest_lines_{tag}"
         self.sha256 = ""
         self.skipped = 0  # rows left out by `stage_records(skip_empty=True)`
+        self.extra_tables: list[str] = []  # more TEMP tables made from the stage, dropped with it
         self.left_out = 0  # rows left out by `keep_subset`
         self.columns: dict[str, str] = {}  # column name -> DuckDB type ("JSON" for every field of a JSON file)
 
@@ -203,6 +204,8 @@ class SourceFile:
         self.columns = {name: "VARCHAR" for name in groups if name is not None}
 
     def drop(self) -> None:
+        for table in self.extra_tables:
+            self.con.execute(f"DROP TABLE IF EXISTS {table}")
         self.con.execute(f"DROP TABLE IF EXISTS {self.stage_table}")
         self.con.execute(f"DROP TABLE IF EXISTS {self.src}")
         self.con.execute(f"DROP TABLE IF EXISTS {self.lines}")

@@ -49,19 +49,19 @@ def registered_repeats(con: duckdb.DuckDBPyConnection, name: str, kind: str, sha
     kinds = ["private", "public"] if kind == "private" else ["private"]
     repeated: dict[str, tuple[str, bool, int]] = {}
     same_file = con.execute("SELECT name, kind, field_map FROM datasets WHERE source_sha256 = ? AND name <> ? "
-                            "AND list_contains(?, kind) ORDER BY name", [sha256, name, kinds]).fetchall()
+                            "AND kind = ANY(?) ORDER BY name", [sha256, name, kinds]).fetchall()
     for other, other_kind, field_map in same_file:
         if not _disjoint_parts(recorded, json.loads(field_map)):
             repeated[other] = (other_kind, True, 0)
     # the other datasets' records whose content any staged record has (ids play no part)
     common = (f"SELECT s.row_no, d.name, d.kind FROM {stage} s JOIN record_hashes h "
-              "ON h.content_sha256 = dpicl_record_sha256(s.input, s.output) JOIN datasets d ON d.name = h.dataset "
-              "WHERE d.name <> ? AND list_contains(?, d.kind)")
-    per_dataset = con.execute(f"SELECT name, kind, count(DISTINCT row_no) FROM ({common}) GROUP BY name, kind",
+              "ON h.content_sha256 = s.content_sha256 JOIN datasets d ON d.name = h.dataset "
+              "WHERE d.name <> ? AND d.kind = ANY(?)")
+    per_dataset = con.execute(f"SELECT name, kind, count(DISTINCT row_no) FROM ({common}) c GROUP BY name, kind",
                               [name, kinds]).fetchall()
     for other, other_kind, count in per_dataset:
         repeated[other] = (other_kind, other in repeated, count)
-    in_common = con.execute(f"SELECT count(DISTINCT row_no) FROM ({common})", [name, kinds]).fetchone()[0]
+    in_common = con.execute(f"SELECT count(DISTINCT row_no) FROM ({common}) c", [name, kinds]).fetchone()[0]
     return repeated, in_common
 
 

@@ -58,7 +58,7 @@ def pending_queries(con: duckdb.DuckDBPyConnection, backlog: str, limit: int | N
 def get_queries(con: duckdb.DuckDBPyConnection, backlog: str, ids: Iterable[str]) -> dict[str, Query]:
     """The backlog's queries with these ids (ids not in the backlog are absent from the dict)."""
     rows = con.execute("SELECT query_id, input, reference, status FROM queries "
-                       "WHERE backlog = ? AND list_contains(?, query_id) ORDER BY row_no",
+                       "WHERE backlog = ? AND query_id = ANY(?) ORDER BY row_no",
                        [backlog, list(ids)]).fetchall()
     return {row[0]: Query(*row) for row in rows}
 
@@ -67,7 +67,7 @@ def set_query_status(con: duckdb.DuckDBPyConnection, backlog: str, ids: Iterable
     """Set the status of these queries of the backlog."""
     if status not in QUERY_STATUSES:
         raise ValueError(f"query status must be one of {', '.join(QUERY_STATUSES)}, not '{status}'")
-    con.execute("UPDATE queries SET status = ? WHERE backlog = ? AND list_contains(?, query_id)",
+    con.execute("UPDATE queries SET status = ? WHERE backlog = ? AND query_id = ANY(?)",
                 [status, backlog, list(ids)])
 
 
@@ -86,7 +86,7 @@ def copy_queries(con: duckdb.DuckDBPyConnection, backlog: str, new_backlog: str,
     con.execute(
         "INSERT INTO queries (backlog, query_id, row_no, input, reference, status, source_path) "
         "SELECT ?, query_id, row_no, input, reference, 'pending', ? FROM queries "
-        "WHERE backlog = ? AND list_contains(?, query_id)",
+        "WHERE backlog = ? AND query_id = ANY(?)",
         [new_backlog, source_path, backlog, ids],
     )
     return con.execute("SELECT count(*) FROM queries WHERE backlog = ?", [new_backlog]).fetchone()[0]

@@ -40,7 +40,7 @@ WHERE l.dataset = $dataset AND l.backlog = $backlog AND l.mechanism = $mechanism
   AND l.run_id <> $run_id AND r.status = 'crashed'
   AND NOT EXISTS (SELECT 1 FROM releases x WHERE x.entry_id = l.entry_id)
   AND NOT EXISTS (SELECT 1 FROM datasets d
-                  WHERE TRY_CAST(json_extract_string(d.field_map, '$.ledger_entry') AS BIGINT) = l.entry_id)
+                  WHERE d.field_map ->> 'ledger_entry' = CAST(l.entry_id AS VARCHAR))
   AND NOT EXISTS (SELECT 1 FROM ledger_reuses u JOIN runs ur ON ur.run_id = u.run_id
                   WHERE u.entry_id = l.entry_id AND (ur.status <> 'crashed' OR u.run_id = $run_id))
   AND NOT EXISTS (SELECT 1 FROM artifacts a
@@ -88,5 +88,5 @@ def take_over_unused_charge(con: duckdb.DuckDBPyConnection, *, dataset: str, run
 
 def reused_entries(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> list[int]:
     """Ledger entries that runs `run_ids` took over from crashed runs (their draws are charged there)."""
-    return [r[0] for r in con.execute("SELECT DISTINCT entry_id FROM ledger_reuses WHERE list_contains(?, run_id) "
+    return [r[0] for r in con.execute("SELECT DISTINCT entry_id FROM ledger_reuses WHERE run_id = ANY(?) "
                                       "ORDER BY entry_id", [run_ids]).fetchall()]

@@ -23,8 +23,8 @@ def subsample_charges(con: duckdb.DuckDBPyConnection, root_run_id: str,
     it, or taken over by one of them from a crashed run (it paid for a draw on that run's subsample too), oldest
     first: the charges on the queries' subsamples, free public-data entries included."""
     runs = lineage_runs(con, root_run_id)
-    return con.execute("SELECT query_id, mechanism, event FROM ledger WHERE (list_contains(?, run_id) "
-                       "OR list_contains(?, entry_id)) AND list_contains(?, query_id) ORDER BY entry_id",
+    return con.execute("SELECT query_id, mechanism, event FROM ledger WHERE (run_id = ANY(?) "
+                       "OR entry_id = ANY(?)) AND query_id = ANY(?) ORDER BY entry_id",
                        [runs, reused_entries(con, runs), query_ids]).fetchall()
 
 
@@ -53,7 +53,7 @@ def backlog_query_ids(con: duckdb.DuckDBPyConnection, backlog: str) -> list[str]
 
 def stored_keys(con: duckdb.DuckDBPyConnection, keys: Iterable[str]) -> set[str]:
     """Those of `keys` that have a stored artifact (payloads are not read)."""
-    return {r[0] for r in con.execute("SELECT key FROM artifacts WHERE list_contains(?, key)",
+    return {r[0] for r in con.execute("SELECT key FROM artifacts WHERE key = ANY(?)",
                                       [sorted(keys)]).fetchall()}
 
 

@@ -16,6 +16,7 @@ import duckdb
 
 from dpicl import liveness
 from dpicl.storage.artifacts import canonical_json
+from dpicl.storage.db import table_exists
 
 RUNNING, CRASHED = "running", "crashed"
 
@@ -46,7 +47,7 @@ def mark_crashed_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
             if liveness.alive(liveness.ProcessId(pid, host, started)) is False]
     if dead:
         con.execute("UPDATE runs SET status = ?, finished_at = current_timestamp "
-                    "WHERE status = ? AND list_contains(?, run_id)", [CRASHED, RUNNING, dead])
+                    "WHERE status = ? AND run_id = ANY(?)", [CRASHED, RUNNING, dead])
     return dead
 
 
@@ -102,8 +103,7 @@ def link_rerun(con: duckdb.DuckDBPyConnection, run_id: str, source_run_id: str, 
 
 def _has_run_sources(con: duckdb.DuckDBPyConnection) -> bool:
     # a database opened read-only before migration 0003 has no run_sources table: then no run is a rerun
-    return con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-                       "AND schema_name = 'main' AND table_name = 'run_sources'").fetchone()[0] > 0
+    return table_exists(con, "run_sources")
 
 
 def run_source(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:

@@ -67,7 +67,7 @@ def publish(db_path: str, run_id: str, query_ids: list[str], released: list[dict
         run = context.run(con, run_id)
         cfg = run.cfg
         status = dict(con.execute(
-            "SELECT query_id, status FROM queries WHERE backlog = ? AND list_contains(?, query_id)",
+            "SELECT query_id, status FROM queries WHERE backlog = ? AND query_id = ANY(?)",
             [cfg.backlog, query_ids],
         ).fetchall())
         summary = budget_summary(con, cfg.private_dataset)

@@ -15,12 +15,13 @@ from tests.pipeline.conftest import write_jsonl
 
 
 @pytest.fixture
-def con(tmp_path):
+def con(tmp_path, database):
+    """A ledger with a dataset and 50 queries, on each backend."""
     data = write_jsonl(tmp_path / "d.jsonl", [{"input": f"t{i}", "output": f"s{i}"} for i in range(20)])
-    con = connect(tmp_path / "l.duckdb")
+    con = connect(database)
     ingest_dataset(con, data, "d", "private", "summarization", FieldMap())
     con.execute("INSERT INTO queries (backlog, query_id, row_no, input, source_path) "
-                "SELECT 'b', 'q' || i, i, 'query', 'x' FROM range(50) t(i)")
+                "SELECT 'b', 'q' || i, i, 'query', 'x' FROM generate_series(0, 49) t(i)")
     yield con
     con.close()
 
@@ -131,7 +132,7 @@ def test_a_crash_between_the_entries_and_the_state_update_leaves_both_unchanged(
     assert verify_budget(con, "d")["ok"]
 
 
-def test_verify_reports_a_state_that_disagrees_with_the_entries(con, tmp_path):
+def test_verify_reports_a_state_that_disagrees_with_the_entries(con, database):
     from typer.testing import CliRunner
 
     from dpicl.cli import app
@@ -149,7 +150,7 @@ def test_verify_reports_a_state_that_disagrees_with_the_entries(con, tmp_path):
     con.execute("UPDATE budget_events SET count = count - 1")  # counts that forget an entry
     assert not verify_budget(con, "d")["state_counts_agree"]
     con.close()
-    cli = CliRunner().invoke(app, ["budget", "verify", "d", "--db", str(tmp_path / "l.duckdb")])
+    cli = CliRunner().invoke(app, ["budget", "verify", "d", "--db", database])
     assert cli.exit_code == 1 and "DISAGREE" in cli.output
 
 

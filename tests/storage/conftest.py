@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from dpicl.storage.db import connect
+from dpicl.storage.db import connect, dialect
 
 TABLES = ("datasets", "records", "record_hashes", "queries", "runs", "artifacts", "budgets", "ledger", "releases")
 
@@ -16,8 +16,9 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def con(db_path: Path):
-    connection = connect(db_path)
+def con(database: str):
+    """A connection to a fresh database, once on DuckDB and once on PostgreSQL."""
+    connection = connect(database)
     yield connection
     connection.close()
 
@@ -37,7 +38,11 @@ def snapshot(con) -> dict[str, list]:
 
 
 def temp_tables(con) -> list[str]:
-    return [name for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()]
+    if dialect(con) == "postgres":
+        query = "SELECT table_name FROM information_schema.tables WHERE table_type = 'LOCAL TEMPORARY'"
+    else:
+        query = "SELECT table_name FROM duckdb_tables() WHERE temporary"
+    return [name for (name,) in con.execute(query).fetchall()]
 
 
 def full_text(error: BaseException) -> str:

@@ -130,7 +130,7 @@ def test_transaction_commits_and_rolls_back(con):
             raise RuntimeError("boom")
     assert con.execute("SELECT run_id FROM runs").fetchall() == [("kept",)]
     # a failed statement inside is rolled back too, and the connection is usable afterwards
-    with pytest.raises(duckdb.Error):
+    with pytest.raises(db.DB_ERRORS):
         with transaction(con):
             con.execute(insert, ["also dropped"])
             con.execute(insert, ["kept"])  # primary key conflict

@@ -5,6 +5,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from dpicl.storage import ingest
@@ -61,7 +62,7 @@ def test_csv_and_tsv_with_quotes_newlines_and_crlf(con, tmp_path):
 
 def test_parquet_with_numeric_ids(con, tmp_path):
     path = tmp_path / "d.parquet"
-    con.execute(f"COPY (SELECT * FROM (VALUES (10, 'in a', 'out a'), (7, 'in b', 'out b')) t(n, q, a)) "
+    duckdb.execute(f"COPY (SELECT * FROM (VALUES (10, 'in a', 'out a'), (7, 'in b', 'out b')) t(n, q, a)) "
                 f"TO '{path}' (FORMAT parquet)")
     ingest_dataset(con, path, "p", "public", "qa", FieldMap(id="n", input="q", output="a"))
     assert [tuple(r) for r in load_records(con, "p")] == [("10", "in a", "out a"), ("7", "in b", "out b")]
@@ -221,7 +222,7 @@ def test_missing_file(con, tmp_path):
 
 def test_parquet_wrong_types_are_named(con, tmp_path):
     path = tmp_path / "d.parquet"
-    con.execute(f"COPY (SELECT * FROM (VALUES ('r1', NULL, 'x'), ('r2', 42, 'y')) t(uid, text, label)) "
+    duckdb.execute(f"COPY (SELECT * FROM (VALUES ('r1', NULL, 'x'), ('r2', 42, 'y')) t(uid, text, label)) "
                 f"TO '{path}' (FORMAT parquet)")
     with pytest.raises(IngestError) as caught:
         ingest_dataset(con, path, "d", "private", "qa", MAP)
@@ -429,7 +430,7 @@ def test_labels_accept_integer_json_and_parquet_values(con, tmp_path):
                    labels=SST2_LABELS)
     assert records(con, "j") == [("1", "a", "positive"), ("2", "b", "negative")]
     path = tmp_path / "d.parquet"
-    con.execute(f"COPY (SELECT * FROM (VALUES ('a', 1), ('b', 0)) t(text, label)) TO '{path}' (FORMAT parquet)")
+    duckdb.execute(f"COPY (SELECT * FROM (VALUES ('a', 1), ('b', 0)) t(text, label)) TO '{path}' (FORMAT parquet)")
     ingest_dataset(con, path, "p", "private", "qa", TEXT_LABEL, labels=SST2_LABELS, distinct_from_existing=True)
     assert records(con, "p") == [("1", "a", "positive"), ("2", "b", "negative")]
     # without labels a number is still not an output

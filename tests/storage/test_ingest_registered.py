@@ -5,6 +5,7 @@ never detaches a budget. Also: errors never quote column names read from the fil
 import json
 import shutil
 
+import duckdb
 import pytest
 
 from dpicl.storage.db import connect
@@ -176,7 +177,7 @@ def test_csv_header_names_and_parquet_types_are_not_quoted(con, tmp_path):
     assert SECRET not in full_text(caught.value)
     # a STRUCT type's text names the struct's fields, which come from the file
     nested = tmp_path / "d.parquet"
-    con.execute(f"COPY (SELECT 'r1' AS id, {{'{SECRET}': 1}} AS input, 'o' AS output) TO '{nested}' (FORMAT parquet)")
+    duckdb.execute(f"COPY (SELECT 'r1' AS id, {{'{SECRET}': 1}} AS input, 'o' AS output) TO '{nested}' (FORMAT parquet)")
     with pytest.raises(IngestError) as caught:
         ingest_dataset(con, nested, "p", "private", "qa", F)
     assert "of type STRUCT" in str(caught.value) and SECRET not in full_text(caught.value)

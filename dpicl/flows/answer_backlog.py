@@ -4,10 +4,12 @@ registered method that answers queries, `dpicl methods`).
 Reads like the pipeline of docs/ARCHITECTURE.md: for an ensemble method sample → prompt → infer → [embed, when it
 embeds public texts] → aggregate (pay, then draw) → release; a token-level method pays, then decodes, query by
 query; a public-data method answers for free.
-Tasks pass artifact keys; private text stays in DuckDB. Everything that touches the database runs under the
-database's single-writer concurrency limit (`dpicl.flows.locking`), pending queries included, so two runs on one
-database never answer (or pay for) a query twice. A progress artifact shows the share of the run's pending
-queries processed after each batch (numbers only).
+Tasks pass artifact keys; private text stays in the database. The run claims its pending queries one batch at a
+time (`dpicl.storage.queries.claim_pending`, renewed by `dpicl.flows.claims`), so that runs in several processes
+or on several machines sharing one PostgreSQL database drain one backlog together, never answering (or paying for)
+a query twice. On a DuckDB file everything that touches the database also runs under the file's single-writer
+lock (`dpicl.flows.locking`). A progress artifact shows the share of the claimable queries this run processed
+after each batch (numbers only).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from dpicl import methods
 from dpicl.config import resolve_config_path
 from dpicl.flows.locking import database_writer
-from dpicl.storage import pending_queries
+from dpicl.flows.claims import claims_kept
+from dpicl.storage.queries import claim_pending, claimable_count
 from dpicl.storage.db import default_db_path
 from dpicl.tasks import context
 from dpicl.tasks.aggregate import aggregate
@@ -61,26 +64,39 @@ def _drain(config_path: str, db_path: str, max_queries: int | None) -> dict:
     run = open_run(config_path, db_path)
     run_id, method = run["run_id"], methods.get(run["method"])
     with context.database(db_path) as con:
-        pending = pending_queries(con, run["backlog"], limit=max_queries)
+        total = claimable_count(con, run["backlog"])
+    total = total if max_queries is None else min(total, max_queries)
     progress = create_progress_artifact(
-        0.0 if pending else 100.0, key=_progress_key(run["backlog"]),
-        description=_progress_description(0, len(pending), 0))
+        0.0 if total else 100.0, key=_progress_key(run["backlog"]),
+        description=_progress_description(0, total, 0))
     released: list[dict] = []
-    for start in range(0, len(pending), run["batch_queries"]):
-        batch = pending[start:start + run["batch_queries"]]
-        if method.kind == "token":  # pay, then decode, per query
-            released += decode(db_path, run_id, batch)
-        elif method.kind == "public":  # public demonstrations only: free
-            released += icl(db_path, run_id, batch)
-        else:
-            samples = sample(db_path, run_id, batch)
-            prompts = prompt(db_path, run_id, samples)
-            features = infer(db_path, run_id, prompts)
-            if method.public_texts is not None:
-                features = embed(db_path, run_id, features)
-            aggregates = aggregate(db_path, run_id, features)
-            released += release(db_path, run_id, aggregates, features)
-        done = start + len(batch)
-        update_progress_artifact(progress, 100.0 * done / len(pending),
-                                 description=_progress_description(done, len(pending), len(released)))
-    return publish(db_path, run_id, pending, released)
+    claimed: list[str] = []
+    with claims_kept(db_path, run_id):
+        while max_queries is None or len(claimed) < max_queries:
+            size = run["batch_queries"] if max_queries is None else min(run["batch_queries"],
+                                                                         max_queries - len(claimed))
+            with context.database(db_path) as con:
+                batch = claim_pending(con, run["backlog"], run_id, size)
+            if not batch:
+                break
+            claimed += batch
+            released += _answer(db_path, run_id, method, batch)
+            update_progress_artifact(progress, 100.0 * min(1.0, len(claimed) / max(total, 1)),
+                                     description=_progress_description(len(claimed), max(total, len(claimed)),
+                                                                       len(released)))
+    return publish(db_path, run_id, claimed, released)
+
+
+def _answer(db_path: str, run_id: str, method, batch: list[str]) -> list[dict]:
+    """One claimed batch through the method's stages; the releases made."""
+    if method.kind == "token":  # pay, then decode, per query
+        return decode(db_path, run_id, batch)
+    if method.kind == "public":  # public demonstrations only: free
+        return icl(db_path, run_id, batch)
+    samples = sample(db_path, run_id, batch)
+    prompts = prompt(db_path, run_id, samples)
+    features = infer(db_path, run_id, prompts)
+    if method.public_texts is not None:
+        features = embed(db_path, run_id, features)
+    aggregates = aggregate(db_path, run_id, features)
+    return release(db_path, run_id, aggregates, features)

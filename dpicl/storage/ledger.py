@@ -31,7 +31,7 @@ from dpicl.privacy.accounting.composed import (
     full_epsilon,
     incremental_epsilon,
 )
-from dpicl.storage.db import transaction
+from dpicl.storage.db import dialect, transaction
 
 
 class BudgetError(ValueError):
@@ -151,11 +151,15 @@ def payable_count(con: duckdb.DuckDBPyConnection, dataset: str, event_json: str,
         return len(_payable(con, dataset, counts, event_json, n, limit, delta, _spent(con, dataset, counts, delta)))
 
 
-def _lock_budget(con: duckdb.DuckDBPyConnection, dataset: str) -> tuple[float, float]:
-    """(limit, δ) of the budget, its row touched: serialises concurrent reservations (a second writer conflicts)."""
-    touched = con.execute(
-        "UPDATE budgets SET epsilon = epsilon WHERE dataset = ? RETURNING epsilon, delta", [dataset]
-    ).fetchone()
+def _lock_budget(con, dataset: str) -> tuple[float, float]:
+    """(limit, δ) of the budget, its row locked until the transaction ends: concurrent reservations of one budget
+    run one after the other (PostgreSQL: `SELECT … FOR UPDATE` makes the next one wait; DuckDB: the row is touched,
+    so a second writer's transaction conflicts)."""
+    if dialect(con) == "postgres":
+        sql = "SELECT epsilon, delta FROM budgets WHERE dataset = ? FOR UPDATE"
+    else:
+        sql = "UPDATE budgets SET epsilon = epsilon WHERE dataset = ? RETURNING epsilon, delta"
+    touched = con.execute(sql, [dataset]).fetchone()
     if touched is None:
         require_budget(con, dataset)
     return touched

@@ -2,17 +2,30 @@
 
 Small helpers over the `datasets`, `records` and `queries` tables for tasks, flows and the CLI. Query status
 is 'pending', 'answered' or 'refused_budget' (a query the budget cannot pay for is refused).
+
+Runs that drain a backlog take its pending queries by *claims* (`claim_pending`): a claim is the run's for
+`CLAIM_LEASE_SECONDS`, renewed while the run works (`renew_claims`) and given back when it ends
+(`release_claims`); the claims of a run that died expire and other runs claim those queries (at once when the run
+is marked crashed). On PostgreSQL the
+claiming SELECT takes its rows `FOR UPDATE SKIP LOCKED`: runs that claim at the same moment get disjoint batches
+and never wait for each other. A DuckDB file has one writing process at a time, so there claims only matter across
+runs that follow each other.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import duckdb
 
+from dpicl.storage.db import dialect, transaction
+
 QUERY_STATUSES = ("pending", "answered", "refused_budget")
+# how long a claim lasts without renewal: a dead run's queries wait this long before others take them
+CLAIM_LEASE_SECONDS = 300.0
 
 
 class Record(NamedTuple):
@@ -53,6 +66,47 @@ def pending_queries(con: duckdb.DuckDBPyConnection, backlog: str, limit: int | N
     rows = con.execute("SELECT query_id FROM queries WHERE backlog = ? AND status = 'pending' ORDER BY row_no "
                        "LIMIT ?", [backlog, limit]).fetchall()
     return [query_id for (query_id,) in rows]
+
+
+# no live claim: none, expired, or held by a run known to have died (`dpicl.storage.runs.mark_crashed_runs`)
+_UNCLAIMED = ("(claimed_until IS NULL OR claimed_until < ? "
+              "OR claimed_by IN (SELECT run_id FROM runs WHERE status = 'crashed'))")
+
+
+def claim_pending(con, backlog: str, run_id: str, limit: int,
+                  lease_seconds: float = CLAIM_LEASE_SECONDS) -> list[str]:
+    """Claim up to `limit` of the backlog's pending queries that no live claim holds, in backlog order, for run
+    `run_id`; returns their ids (empty: nothing left to claim). Never a query this run claimed before."""
+    lock = " FOR UPDATE SKIP LOCKED" if dialect(con) == "postgres" else ""
+    now = time.time()
+    with transaction(con):
+        rows = con.execute(
+            f"SELECT query_id FROM queries WHERE backlog = ? AND status = 'pending' AND {_UNCLAIMED} "
+            f"AND (claimed_by IS NULL OR claimed_by <> ?) ORDER BY row_no LIMIT ?{lock}",
+            [backlog, now, run_id, limit]).fetchall()
+        ids = [query_id for (query_id,) in rows]
+        if ids:
+            con.execute("UPDATE queries SET claimed_by = ?, claimed_until = ? WHERE backlog = ? AND query_id = ANY(?)",
+                        [run_id, now + lease_seconds, backlog, ids])
+    return ids
+
+
+def claimable_count(con, backlog: str) -> int:
+    """How many of the backlog's pending queries no live claim holds (what runs can still claim)."""
+    return con.execute(f"SELECT count(*) FROM queries WHERE backlog = ? AND status = 'pending' AND {_UNCLAIMED}",
+                       [backlog, time.time()]).fetchone()[0]
+
+
+def renew_claims(con, run_id: str, lease_seconds: float = CLAIM_LEASE_SECONDS) -> int:
+    """Extend the claims run `run_id` holds on queries still pending; returns how many."""
+    return con.execute("UPDATE queries SET claimed_until = ? WHERE claimed_by = ? AND status = 'pending'",
+                       [time.time() + lease_seconds, run_id]).fetchone()[0]
+
+
+def release_claims(con, run_id: str) -> int:
+    """Give back the claims of run `run_id` on queries it left pending (others may claim them at once)."""
+    return con.execute("UPDATE queries SET claimed_by = NULL, claimed_until = NULL "
+                       "WHERE claimed_by = ? AND status = 'pending'", [run_id]).fetchone()[0]
 
 
 def get_queries(con: duckdb.DuckDBPyConnection, backlog: str, ids: Iterable[str]) -> dict[str, Query]:

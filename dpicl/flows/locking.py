@@ -231,7 +231,7 @@ def _mark_crashed_runs(db_path: str, logger) -> None:
     from dpicl.storage.db import connect
     from dpicl.storage.runs import mark_crashed_runs
 
-    if not Path(db_path).exists():
+    if is_file_target(db_path) and not Path(db_path).exists():
         return
     con = connect(db_path)
     try:
@@ -252,7 +252,11 @@ def database_writer(db_path: str | os.PathLike, *, timeout_seconds: float | None
     Uses the Prefect limit only with a Prefect server (see the module docstring); `:memory:` needs no lock.
     """
     target = os.fspath(db_path)
-    if not is_file_target(target):  # ":memory:", or PostgreSQL: concurrency is the database's (row locks)
+    if target == ":memory:":
+        yield ""
+        return
+    if not is_file_target(target):  # PostgreSQL: concurrency is the database's (row locks, claims)
+        _mark_crashed_runs(target, _logger())
         yield ""
         return
     name, lock = limit_name(target), lock_path(target)

@@ -1,0 +1,98 @@
+"""Several answer flows in separate processes drain one backlog on a real PostgreSQL, with a budget that runs out
+midway, after a first one was killed with SIGKILL right after it paid for a batch. Afterwards (docs/SCALING.md):
+
+* every query is answered at most once, and every release has exactly one ledger entry;
+* ε spent (the ledger's accountant over every entry) is within the limit, and the budget did run out;
+* an entry without a release was paid by the run that was killed (now marked crashed);
+* nothing is lost: the runs still working finish the killed run's queries, so none stays pending.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from dpicl.storage.db import connect
+from tests.pipeline.conftest import write_jsonl
+from tests.pipeline.serving import FAKE_SITE, REPO
+from tests.pipeline.test_faults import _DRIVER, RESERVE, api_url  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.slow
+
+QUERIES = 30
+WORKERS = 3
+
+
+def _setup(tmp_path, url: str) -> str:
+    from dpicl.storage.ingest import FieldMap, ingest_dataset, ingest_queries
+    from dpicl.storage.ledger import open_budget
+
+    private = write_jsonl(tmp_path / "private.jsonl", [
+        {"id": f"r{i}", "text": f"private ticket number {i} about topic {i % 4}", "summary": f"private summary {i}"}
+        for i in range(60)])
+    backlog = write_jsonl(tmp_path / "backlog.jsonl", [{"id": f"q{i}", "text": f"incoming ticket {i}"}
+                                                       for i in range(QUERIES)])
+    con = connect(url)
+    ingest_dataset(con, private, "tiny", "private", "summarization", FieldMap(id="id", input="text", output="summary"))
+    ingest_queries(con, backlog, "tiny-backlog", FieldMap(id="id", input="text", output=None))
+    open_budget(con, "tiny", 2.0, 1e-5)
+    con.close()
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "tiny", "private_dataset": "tiny", "backlog": "tiny-backlog", "batch_queries": 3,
+        # the budget is planned for 15 of the 30 queries: it runs out midway
+        "method": {"name": "esa", "teachers": 4, "shots": 2, "candidates": 3, "planned_queries": 15},
+        "generation": {"max_new_tokens": 6, "stop": ["\n"]}}))
+    return str(config)
+
+
+def _start(config: str, url: str, api: str, fault: dict | None) -> subprocess.Popen:
+    # without a fault the wrapper never fires (call 0 is never reached)
+    spec = fault or {"target": RESERVE, "when": "before", "call": 0}
+    env = {**os.environ, "DPICL_FAULT": json.dumps(spec), "DPICL_TEST_FAKE_MODELS": "1", "PREFECT_API_URL": api,
+           "PYTHONPATH": os.pathsep.join([str(FAKE_SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.Popen([sys.executable, "-c", _DRIVER, "answer", json.dumps({"config": config, "db": url})],
+                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_workers_drain_one_backlog_and_survive_a_kill(tmp_path, postgres_url, api_url):  # noqa: F811
+    from dpicl.privacy.accounting import ledger_epsilon
+    from dpicl.storage.ledger import ledger_events
+
+    config = _setup(tmp_path, postgres_url)
+    # the first worker dies right after paying for its first batch: its claims and charges are left behind
+    killed = _start(config, postgres_url, api_url, {"target": RESERVE, "when": "after", "call": 1})
+    out = killed.communicate(timeout=420)[0].decode(errors="replace")
+    assert killed.returncode == -9, out[-3000:]
+    # the others mark its run crashed, take its queries over, and share the rest of the backlog
+    workers = [_start(config, postgres_url, api_url, None) for _ in range(WORKERS)]
+    outputs = [w.communicate(timeout=420)[0].decode(errors="replace") for w in workers]
+    for w, out in zip(workers, outputs):
+        assert w.returncode == 0 and "FINISHED" in out, out[-3000:]
+
+    con = connect(postgres_url, read_only=True)
+    try:
+        releases = con.execute("SELECT backlog, query_id, entry_id FROM releases").fetchall()
+        entries = dict(con.execute("SELECT entry_id, run_id FROM ledger").fetchall())
+        statuses = dict(con.execute("SELECT query_id, status FROM queries").fetchall())
+        runs = dict(con.execute("SELECT run_id, status FROM runs").fetchall())
+        limit, delta = con.execute("SELECT epsilon, delta FROM budgets WHERE dataset = 'tiny'").fetchone()
+        spent = ledger_epsilon(ledger_events(con, "tiny"), delta)
+    finally:
+        con.close()
+    assert len({q for _, q, _ in releases}) == len(releases)  # no query answered twice
+    assert len({e for *_, e in releases}) == len(releases) and all(e in entries for *_, e in releases)
+    assert {q for q, s in statuses.items() if s == "answered"} == {q for _, q, _ in releases}
+    assert "pending" not in statuses.values()  # nothing lost
+    assert "refused_budget" in statuses.values() and 0 < len(releases) < QUERIES  # the budget ran out midway
+    assert spent <= limit
+    unreleased = {entries[e] for e in entries} - {entries[e] for *_, e in releases}
+    assert all(runs[r] == "crashed" for r in unreleased), (unreleased, runs)
+    assert list(runs.values()).count("crashed") == 1
+    # the work was shared: more than one run released answers
+    assert len({entries[e] for *_, e in releases}) >= 2

@@ -10,7 +10,8 @@ What differs between the two engines is named where it is used, through `db.dial
 migrations (`migrations/postgres/`), row locks (`SELECT … FOR UPDATE`, `FOR UPDATE SKIP LOCKED`) and the ingest's
 file readers (files are read and validated by an in-memory DuckDB, then copied in: `ingest.py`).
 
-The URL may hold a password: it is never put into an error message (`redacted`).
+The URL may hold a password: it is never put into an error message (`redacted`). A failed statement's error keeps
+PostgreSQL's primary message and drops its DETAIL, which may quote a row's values.
 """
 
 from __future__ import annotations
@@ -72,16 +73,26 @@ class PostgresConnection:
     def execute(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None):
         """Run one statement (or, without parameters, a script); fetch from what it returns. A statement that
         returns no rows (INSERT, UPDATE, DELETE without RETURNING) returns its row count, as DuckDB does."""
+        import psycopg
+
         cursor = self._conn.cursor()
-        if parameters is None:
-            cursor.execute(sql.encode(), prepare=False)  # bytes: psycopg leaves % and ? alone
-        else:
-            cursor.execute(to_pyformat(sql), _params(parameters), prepare=False)
+        try:
+            if parameters is None:
+                cursor.execute(sql.encode(), prepare=False)  # bytes: psycopg leaves % and ? alone
+            else:
+                cursor.execute(to_pyformat(sql), _params(parameters), prepare=False)
+        except psycopg.Error as error:
+            raise _without_values(error) from None
         return cursor if cursor.description is not None else _RowCount(cursor.rowcount)
 
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]]) -> None:
+        import psycopg
+
         with self._conn.cursor() as cursor:
-            cursor.executemany(to_pyformat(sql), [_params(p) for p in parameters])
+            try:
+                cursor.executemany(to_pyformat(sql), [_params(p) for p in parameters])
+            except psycopg.Error as error:
+                raise _without_values(error) from None
 
     def copy_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         """Rows into `table` by COPY (the ingest's staged records: one round trip, not one per row)."""
@@ -96,6 +107,12 @@ class PostgresConnection:
     @property
     def closed(self) -> bool:
         return self._conn.closed
+
+
+def _without_values(error):
+    """The same error with PostgreSQL's primary message only: its DETAIL may quote the row's values ("Failing row
+    contains (…)", "Key (…)=(…)"), which can be private text."""
+    return type(error)(error.diag.message_primary or type(error).__name__)
 
 
 class _RowCount:

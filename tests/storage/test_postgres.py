@@ -57,6 +57,18 @@ def test_an_unreachable_server_is_one_clear_error():
     assert "pw" not in str(caught.value)
 
 
+def test_a_failed_statement_never_quotes_the_row(postgres_url):
+    """PostgreSQL's DETAIL repeats a failing row ("Failing row contains (…)"): the error keeps the primary message."""
+    from dpicl.storage.db import DB_ERRORS
+
+    con = connect(postgres_url)
+    with pytest.raises(DB_ERRORS) as caught:
+        con.execute("INSERT INTO queries (backlog, query_id, row_no, input, source_path) VALUES (?, ?, 1, ?, NULL)",
+                    ["b", "q", "SECRET patient 7731"])
+    assert "not-null" in str(caught.value) and "SECRET" not in str(caught.value)
+    con.close()
+
+
 def _backlog(con, queries: int) -> None:
     con.execute("INSERT INTO datasets VALUES ('d', 'private', 'text', 'x', 'x', '{}', 10, ?, current_timestamp)",
                 [b"k" * 32])

@@ -21,10 +21,10 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from dpicl import methods
 from dpicl.config import resolve_config_path
-from dpicl.flows.locking import database_writer
 from dpicl.flows.claims import claims_kept
-from dpicl.storage.queries import claim_pending, claimable_count
+from dpicl.flows.locking import database_writer
 from dpicl.storage.db import default_db_path
+from dpicl.storage.queries import claim_pending, claimable_count
 from dpicl.tasks import context
 from dpicl.tasks.aggregate import aggregate
 from dpicl.tasks.decode import decode

@@ -12,9 +12,19 @@ import pytest
 from dpicl.privacy.accounting import ledger_epsilon
 from dpicl.privacy.mechanisms import esa
 from dpicl.storage.db import connect, describe_target, transaction
-from dpicl.storage.ledger import ledger_events, open_budget, reserve_batch, verify_budget
+from dpicl.storage.ledger import (
+    ledger_events,
+    open_budget,
+    reserve_batch,
+    verify_budget,
+)
 from dpicl.storage.postgres import to_pyformat
-from dpicl.storage.queries import claim_pending, claimable_count, release_claims, renew_claims
+from dpicl.storage.queries import (
+    claim_pending,
+    claimable_count,
+    release_claims,
+    renew_claims,
+)
 
 # DuckDB's type names as PostgreSQL's information_schema spells them
 _SAME_TYPE = {"BLOB": "bytea", "DOUBLE": "double precision", "VARCHAR": "character varying", "BIGINT": "bigint",

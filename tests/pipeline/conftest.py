@@ -20,6 +20,36 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def ingest_tiny(db, folder: Path, *, queries: int = N_QUERIES, epsilon: float = 2.0, public: int = 0,
+                query_rows: list[dict] | None = None) -> None:
+    """Into database `db` (a file path or URL): the private dataset "tiny" (N_RECORDS tickets), the backlog
+    "tiny-backlog" (`queries` incoming tickets, or `query_rows`), a budget of `epsilon` (δ 1e-5) and, with
+    `public` > 0, that many public tickets as "tiny-public". The files are written into `folder`."""
+    from dpicl.storage.db import connect
+    from dpicl.storage.ingest import FieldMap, ingest_dataset, ingest_queries
+    from dpicl.storage.ledger import open_budget
+
+    private = write_jsonl(folder / "private.jsonl", [
+        {"id": f"r{i}", "text": f"private ticket number {i} about topic {i % 4}", "summary": f"private summary {i}"}
+        for i in range(N_RECORDS)])
+    rows = query_rows if query_rows is not None else [{"id": f"q{i}", "text": f"incoming ticket {i}"}
+                                                      for i in range(queries)]
+    backlog = write_jsonl(folder / "backlog.jsonl", rows)
+    fields = FieldMap(id="id", input="text", output="summary")
+    con = connect(db)
+    try:
+        ingest_dataset(con, private, "tiny", "private", "summarization", fields)
+        if public:
+            rows = [{"id": f"p{i}", "text": f"public ticket {i}", "summary": f"public summary {i}"}
+                    for i in range(public)]
+            ingest_dataset(con, write_jsonl(folder / "public.jsonl", rows), "tiny-public", "public", "summarization",
+                           fields)
+        ingest_queries(con, backlog, "tiny-backlog", FieldMap(id="id", input="text", output=None))
+        open_budget(con, "tiny", epsilon, 1e-5)
+    finally:
+        con.close()
+
+
 @pytest.fixture
 def fake_models(monkeypatch):
     from dpicl.tasks import context
@@ -33,23 +63,8 @@ def fake_models(monkeypatch):
 @pytest.fixture
 def pipeline_env(tmp_path, fake_models):
     """Returns (config path, db path) of a ready-to-run backlog."""
-    from dpicl.storage.db import connect
-    from dpicl.storage.ingest import FieldMap, ingest_dataset, ingest_queries
-    from dpicl.storage.ledger import open_budget
-
-    private = write_jsonl(tmp_path / "private.jsonl", [
-        {"id": f"r{i}", "text": f"private ticket number {i} about topic {i % 4}", "summary": f"private summary {i}"}
-        for i in range(N_RECORDS)
-    ])
-    backlog = write_jsonl(tmp_path / "backlog.jsonl", [
-        {"id": f"q{i}", "text": f"incoming ticket {i}"} for i in range(N_QUERIES)
-    ])
     db = tmp_path / "test.duckdb"
-    con = connect(db)
-    ingest_dataset(con, private, "tiny", "private", "summarization", FieldMap(id="id", input="text", output="summary"))
-    ingest_queries(con, backlog, "tiny-backlog", FieldMap(id="id", input="text", output=None))
-    open_budget(con, "tiny", 2.0, 1e-5)
-    con.close()
+    ingest_tiny(db, tmp_path)
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump({
         "name": "tiny",

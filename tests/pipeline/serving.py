@@ -3,7 +3,6 @@ reading a database that a flow run may be holding, and Prefect API look-ups."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -11,6 +10,8 @@ import time
 from pathlib import Path
 
 import yaml
+
+from tests.pipeline.conftest import ingest_tiny
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_SITE = Path(__file__).resolve().parent / "fake_models_site"
@@ -23,11 +24,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
 def query_rows(start: int, stop: int) -> list[dict]:
     return [{"id": f"q{i}", "text": f"incoming ticket {i}"} for i in range(start, stop)]
 
@@ -37,24 +33,8 @@ def make_backlog(tmp_path: Path, *, queries: int, planned: int, epsilon: float =
 
     `sampling_rate: 1.0` keeps the noise calibration (PRV accountant, once per flow-run process) at a few seconds
     instead of tens: these tests are about orchestration, not about the mechanism."""
-    from dpicl.storage.db import connect
-    from dpicl.storage.ingest import FieldMap, ingest_dataset, ingest_queries
-    from dpicl.storage.ledger import open_budget
-
-    private = write_jsonl(tmp_path / "private.jsonl", [
-        {"id": f"r{i}", "text": f"private ticket number {i} about topic {i % 4}", "summary": f"private summary {i}"}
-        for i in range(60)
-    ])
-    backlog = write_jsonl(tmp_path / "backlog.jsonl", query_rows(0, queries))
     db = tmp_path / "serve.duckdb"
-    con = connect(db)
-    try:
-        ingest_dataset(con, private, "tiny", "private", "summarization",
-                       FieldMap(id="id", input="text", output="summary"))
-        ingest_queries(con, backlog, "tiny-backlog", FieldMap(id="id", input="text", output=None))
-        open_budget(con, "tiny", epsilon, 1e-5)
-    finally:
-        con.close()
+    ingest_tiny(db, tmp_path, epsilon=epsilon, query_rows=query_rows(0, queries))
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump({
         "name": "tiny",

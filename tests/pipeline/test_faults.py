@@ -36,7 +36,7 @@ import pytest
 import yaml
 
 from dpicl.storage.db import connect
-from tests.pipeline.conftest import N_QUERIES, PLANNED, write_jsonl
+from tests.pipeline.conftest import PLANNED, ingest_tiny
 from tests.pipeline.serving import FAKE_SITE, REPO
 
 pytestmark = pytest.mark.slow
@@ -117,24 +117,8 @@ FAULTS = [
 
 
 def _base(tmp: Path, *, public: bool = False) -> tuple[Path, Path]:
-    from dpicl.storage.ingest import FieldMap, ingest_dataset, ingest_queries
-    from dpicl.storage.ledger import open_budget
-
-    private = write_jsonl(tmp / "private.jsonl", [
-        {"id": f"r{i}", "text": f"private ticket number {i} about topic {i % 4}", "summary": f"private summary {i}"}
-        for i in range(60)])
-    backlog = write_jsonl(tmp / "backlog.jsonl", [{"id": f"q{i}", "text": f"incoming ticket {i}"}
-                                                  for i in range(N_QUERIES)])
     db = tmp / "template.duckdb"
-    con = connect(db)
-    fields = FieldMap(id="id", input="text", output="summary")
-    ingest_dataset(con, private, "tiny", "private", "summarization", fields)
-    ingest_queries(con, backlog, "tiny-backlog", FieldMap(id="id", input="text", output=None))
-    if public:
-        rows = [{"id": f"p{i}", "text": f"public ticket {i}", "summary": f"public summary {i}"} for i in range(10)]
-        ingest_dataset(con, write_jsonl(tmp / "public.jsonl", rows), "tiny-public", "public", "summarization", fields)
-    open_budget(con, "tiny", 2.0, 1e-5)
-    con.close()
+    ingest_tiny(db, tmp, public=10 if public else 0)
     return db, tmp / "config.yaml"
 
 

@@ -18,7 +18,7 @@ from dpicl.privacy.accounting import ledger_epsilon
 from dpicl.privacy.accounting.events import event_from_json
 from dpicl.storage.db import connect
 from dpicl.tasks.rerun import RerunError, analyse, parse_overrides
-from tests.pipeline.conftest import write_jsonl
+from tests.pipeline.conftest import ingest_tiny
 from tests.pipeline.fakes import FakeBackend, FakeEncoder
 
 N_RECORDS, N_QUERIES = 60, 8
@@ -38,25 +38,10 @@ class NoModel:
 def _build(tmp: Path) -> tuple[str, str, str]:
     """A tiny backlog answered by ESA with fake models, q0 and q1 refused at aggregate; returns config, db, run id."""
     from dpicl.flows.answer_backlog import answer_backlog
-    from dpicl.storage.ingest import FieldMap, ingest_dataset, ingest_queries
-    from dpicl.storage.ledger import open_budget
     from dpicl.tasks import context
 
-    private = write_jsonl(tmp / "private.jsonl", [
-        {"id": f"r{i}", "text": f"private ticket number {i} about topic {i % 4}", "summary": f"private summary {i}"}
-        for i in range(N_RECORDS)])
-    public = write_jsonl(tmp / "public.jsonl", [
-        {"id": f"p{i}", "text": f"public ticket {i}", "summary": f"public summary {i}"} for i in range(20)])
-    backlog = write_jsonl(tmp / "backlog.jsonl", [{"id": f"q{i}", "text": f"incoming ticket {i}"}
-                                                  for i in range(N_QUERIES)])
     db = tmp / "root.duckdb"
-    con = connect(db)
-    ingest_dataset(con, private, "tiny", "private", "summarization", FieldMap(id="id", input="text", output="summary"))
-    ingest_dataset(con, public, "tiny-public", "public", "summarization",
-                   FieldMap(id="id", input="text", output="summary"))
-    ingest_queries(con, backlog, "tiny-backlog", FieldMap(id="id", input="text", output=None))
-    open_budget(con, "tiny", 8.0, 1e-5)
-    con.close()
+    ingest_tiny(db, tmp, epsilon=8.0, public=20)
     config = tmp / "tiny.yaml"
     config.write_text(yaml.safe_dump({
         "name": "tiny", "private_dataset": "tiny", "backlog": "tiny-backlog",

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from dpicl.storage.db import connect
-from tests.pipeline.conftest import write_jsonl
+from tests.pipeline.conftest import ingest_tiny
 from tests.pipeline.serving import FAKE_SITE, REPO
 from tests.pipeline.test_faults import _DRIVER, RESERVE, api_url  # noqa: F401 (a fixture)
 
@@ -29,19 +29,7 @@ WORKERS = 3
 
 
 def _setup(tmp_path, url: str) -> str:
-    from dpicl.storage.ingest import FieldMap, ingest_dataset, ingest_queries
-    from dpicl.storage.ledger import open_budget
-
-    private = write_jsonl(tmp_path / "private.jsonl", [
-        {"id": f"r{i}", "text": f"private ticket number {i} about topic {i % 4}", "summary": f"private summary {i}"}
-        for i in range(60)])
-    backlog = write_jsonl(tmp_path / "backlog.jsonl", [{"id": f"q{i}", "text": f"incoming ticket {i}"}
-                                                       for i in range(QUERIES)])
-    con = connect(url)
-    ingest_dataset(con, private, "tiny", "private", "summarization", FieldMap(id="id", input="text", output="summary"))
-    ingest_queries(con, backlog, "tiny-backlog", FieldMap(id="id", input="text", output=None))
-    open_budget(con, "tiny", 2.0, 1e-5)
-    con.close()
+    ingest_tiny(url, tmp_path, queries=QUERIES)
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump({
         "name": "tiny", "private_dataset": "tiny", "backlog": "tiny-backlog", "batch_queries": 3,

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.pipeline.conftest import write_jsonl
 from tests.pipeline.serving import (
     REPO,
     assert_no_private_text,
@@ -32,7 +33,6 @@ from tests.pipeline.serving import (
     served_auth,
     statuses,
     wait_for,
-    write_jsonl,
 )
 
 pytestmark = pytest.mark.slow

@@ -162,6 +162,20 @@ def test_worker_talks_to_the_server(services):
     assert server["depends_on"]["postgres"]["condition"] == "service_healthy"
 
 
+def test_workers_share_one_ledger_on_postgres(services):
+    """Scaled workers must write one ledger: DPICL_DB is the shared PostgreSQL database that the postgres service
+    creates, never a DuckDB file on a per-worker volume."""
+    worker, postgres = services["worker-cpu"], services["postgres"]
+    url = _environment(worker)["DPICL_DB"]
+    assert url.startswith("postgresql://") and url.endswith("@postgres:5432/dpicl")
+    assert worker["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert "container_name" not in worker and "ports" not in worker  # scalable with --scale worker-cpu=N
+    init = [v for v in postgres["volumes"] if str(v).endswith(":/docker-entrypoint-initdb.d:ro")]
+    assert init, "the postgres service does not create the dpicl database"
+    folder = DOCKER / str(init[0]).split(":")[0]
+    assert any("CREATE DATABASE dpicl" in f.read_text() for f in folder.glob("*.sql"))
+
+
 def test_healthchecks_and_named_volumes(compose, services):
     named = set(compose.get("volumes") or {})
     for name, service in services.items():

@@ -5,9 +5,10 @@ What it does, in order:
 1. starts `prefect server start --host HOST --port PORT` as a child process (its own session, log file under
    `$PREFECT_HOME`), with `PREFECT_API_URL` pointing at itself so that the UI talks to the right port;
 2. waits for `GET /api/health` to answer 200 (fails with the tail of the server log if it exits or times out);
-3. builds the deployments and serves them in this process with `prefect.serve` (a `Runner`): `answer-backlog`
-   on the schedule given (interval or cron), `evaluate` and `rerun` without a schedule (run them from the UI or
-   `prefect deployment run`). Each flow run is a child process (`python -m prefect.engine`), at most one at a
+3. builds the deployments prefect.yaml defines (names, descriptions, tags, schedules, concurrency limits:
+   `dpicl.deployments`) and serves them in this process with `prefect.serve` (a `Runner`): `answer-backlog` on
+   prefect.yaml's schedule or the interval or cron given, `evaluate` and `rerun` without a schedule (run them
+   from the UI or `prefect deployment run`). Each flow run is a child process (`python -m prefect.engine`), at most one at a
    time: DuckDB takes one writer anyway, and every writing flow runs under the database's concurrency limit
    (`dpicl.flows.locking`);
 4. prints the UI address and runs until Ctrl-C (SIGINT) or SIGTERM, then stops the runner (pausing the schedules)
@@ -43,7 +44,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEPLOYMENT_NAMES = {"answer_backlog": "answer-backlog", "evaluate": "evaluate", "rerun": "rerun"}
 TOKEN_USER = "dpicl"  # the user part of the basic-auth string; the token is the password
 HEALTH_TIMEOUT_SECONDS = 180.0
 STOP_TIMEOUT_SECONDS = 30.0
@@ -231,33 +231,32 @@ def start_server(host: str, port: int, prefect_home: Path,
 
 
 def build_deployments(interval: float | None = None, cron: str | None = None) -> list:
-    """RunnerDeployments of the `dpicl.served` flows: answer-backlog on the schedule, evaluate and rerun on
-    demand. Config, database and limits are not parameters: `dpicl.served.Deployment` fixes them."""
+    """RunnerDeployments of the `dpicl.served` flows, defined by prefect.yaml (`dpicl.deployments`): its names,
+    descriptions, tags, schedules and concurrency limits. `interval` or `cron` replaces answer-backlog's schedule.
+    Config, database and limits are not parameters: `dpicl.served.Deployment` fixes them."""
+    from prefect.schedules import Cron, Interval
     from prefect.types.entrypoint import EntrypointType
 
-    from dpicl import served
+    from dpicl import deployments, served
 
-    if (interval is None) == (cron is None):
-        raise ServeError("give exactly one of --interval SECONDS and --cron EXPRESSION")
+    if interval is not None and cron is not None:
+        raise ServeError("give at most one of --interval SECONDS and --cron EXPRESSION")
     # enforce_parameter_schema: the server refuses a call whose parameters the flow does not take (e.g. config)
-    common = {"entrypoint_type": EntrypointType.MODULE_PATH, "tags": ["dpicl"], "paused": False,
-              "enforce_parameter_schema": True}
-    schedule = {"interval": interval} if interval is not None else {"cron": cron}
-    deployments = [
-        served.answer_backlog.to_deployment(
-            DEPLOYMENT_NAMES["answer_backlog"],
-            description="Answer the backlog's pending queries with the deployment's config, each paid from the "
-                        "privacy budget (max_queries: at most the deployment's limit).",
-            **schedule, **common),
-        served.evaluate.to_deployment(
-            DEPLOYMENT_NAMES["evaluate"],
-            description="Privacy–utility sweep of bundled configs on benchmark data; charges no budget.", **common),
-        served.rerun.to_deployment(
-            DEPLOYMENT_NAMES["rerun"],
-            description="Re-aggregate a run from stored artifacts with its own config (charged where it makes a "
-                        "new release).", **common),
-    ]
-    return deployments
+    common = {"entrypoint_type": EntrypointType.MODULE_PATH, "paused": False, "enforce_parameter_schema": True}
+    built = []
+    for flow in (served.answer_backlog, served.evaluate, served.rerun):
+        definition = deployments.definitions()[flow.name]
+        planned = deployments.schedule(flow.name)
+        if flow.name == "answer_backlog" and (interval is not None or cron is not None):
+            planned = {"interval": interval} if interval is not None else {"cron": cron, "timezone": "UTC"}
+        schedule = None if planned is None else (
+            Interval(planned["interval"]) if "interval" in planned else Cron(planned["cron"],
+                                                                             timezone=planned["timezone"]))
+        limit = definition.get("concurrency_limit")
+        built.append(flow.to_deployment(
+            definition["name"], description=definition.get("description"), tags=definition.get("tags"),
+            schedule=schedule, concurrency_limit=None if limit is None else limit["limit"], **common))
+    return built
 
 
 def serve(config: str, db: str | None, *, interval: float | None = None, cron: str | None = None,
@@ -279,8 +278,6 @@ def serve(config: str, db: str | None, *, interval: float | None = None, cron: s
     from dpicl.served import ENV, Deployment
     from dpicl.storage.db import default_db_path, is_file_target, restrict_new_files
 
-    if interval is None and cron is None:
-        interval = 3600.0
     if interval is not None and not interval > 0:
         raise ServeError(f"--interval must be a positive number of seconds (got {interval})")
     if max_queries is not None and max_queries < 1:

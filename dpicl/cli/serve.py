@@ -16,7 +16,7 @@ def serve(
     config: Annotated[str, typer.Option(help="config file, or the name of a bundled config")] = "demo",
     db: DbOption = None,
     interval: Annotated[Optional[float], typer.Option(
-        help="answer the backlog every this many seconds (default 3600 unless --cron)")] = None,
+        help="answer the backlog every this many seconds (default: prefect.yaml's schedule, hourly)")] = None,
     cron: Annotated[Optional[str], typer.Option(
         help="answer the backlog on this cron schedule instead, e.g. '0 * * * *' (UTC)")] = None,
     port: Annotated[int, typer.Option(help="port of the Prefect server and UI")] = 4200,

@@ -25,6 +25,7 @@ from dpicl.flows.claims import claims_kept
 from dpicl.flows.locking import database_writer
 from dpicl.storage.db import default_db_path
 from dpicl.storage.queries import claim_pending, claimable_count
+from dpicl.storage.runs import mark_crashed_runs
 from dpicl.tasks import context
 from dpicl.tasks.aggregate import aggregate
 from dpicl.tasks.decode import decode
@@ -77,6 +78,8 @@ def _drain(config_path: str, db_path: str, max_queries: int | None) -> dict:
                                                                          max_queries - len(claimed))
             with context.database(db_path) as con:
                 batch = claim_pending(con, run["backlog"], run_id, size)
+                if not batch and mark_crashed_runs(con):  # a run that died beside this one: its claims are free
+                    batch = claim_pending(con, run["backlog"], run_id, size)
             if not batch:
                 break
             claimed += batch

@@ -70,3 +70,23 @@ def test_entrypoints_load_the_named_flows_and_the_parameters_fit_them(deploy_con
             for item in value if isinstance(value, list) else [value]:
                 assert item is None or isinstance(item, (int, float)) or (
                     isinstance(item, str) and len(item) < 80 and "\n" not in item), (name, item)
+
+
+def test_dpicl_serve_deploys_what_prefect_yaml_defines(deploy_configs):
+    """One definition: the served deployments take their names, flows, descriptions, tags, schedules and limits
+    from prefect.yaml; only the file-naming parameters (config, db, out_dir) are the command line's."""
+    from dpicl.serve import build_deployments
+
+    served = {d.name: d for d in build_deployments()}
+    assert set(served) == set(deploy_configs)
+    for name, config in deploy_configs.items():
+        deployment = served[name]
+        assert deployment.flow_name == EXPECTED[name][0]
+        assert deployment.description == config["description"] and deployment.tags == config["tags"]
+        crons = [(c["cron"], c["timezone"]) for c in config.get("schedules") or []]
+        assert [(s.schedule.cron, s.schedule.timezone) for s in deployment.schedules] == crons
+        limit = config.get("concurrency_limit")
+        assert deployment.concurrency_limit == (limit["limit"] if limit else None)
+    # a schedule given on the command line replaces prefect.yaml's, for answer-backlog only
+    (answer, *_) = build_deployments(interval=5)
+    assert [s.schedule.interval.total_seconds() for s in answer.schedules] == [5.0]

@@ -1,10 +1,11 @@
 """Several answer flows in separate processes drain one backlog on a real PostgreSQL, with a budget that runs out
-midway, after a first one was killed with SIGKILL right after it paid for a batch. Afterwards (docs/SCALING.md):
+midway, while one of them is killed with SIGKILL right after it paid for a batch. Afterwards (docs/SCALING.md):
 
 * every query is answered at most once, and every release has exactly one ledger entry;
 * ε spent (the ledger's accountant over every entry) is within the limit, and the budget did run out;
 * an entry without a release was paid by the run that was killed (now marked crashed);
-* nothing is lost: the runs still working finish the killed run's queries, so none stays pending.
+* nothing is lost: the runs still working mark the killed run crashed and finish its queries, so none stays
+  pending.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tests.pipeline.test_faults import _DRIVER, RESERVE, api_url  # noqa: F401 (
 
 pytestmark = pytest.mark.slow
 
-QUERIES = 30
+QUERIES = 60
 WORKERS = 3
 
 
@@ -33,10 +34,15 @@ def _setup(tmp_path, url: str) -> str:
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump({
         "name": "tiny", "private_dataset": "tiny", "backlog": "tiny-backlog", "batch_queries": 3,
-        # the budget is planned for 15 of the 30 queries: it runs out midway
-        "method": {"name": "esa", "teachers": 4, "shots": 2, "candidates": 3, "planned_queries": 15},
+        # the budget is planned for half the queries: it runs out midway
+        "method": {"name": "esa", "teachers": 4, "shots": 2, "candidates": 3, "planned_queries": QUERIES // 2},
         "generation": {"max_new_tokens": 6, "stop": ["\n"]}}))
     return str(config)
+
+
+# every worker's fake model takes a while per call, so that workers overlap (inference holds no lock)
+_SLOW = ("import time\nfrom tests.pipeline.fakes import FakeBackend\n_generate = FakeBackend.generate\n"
+         "FakeBackend.generate = lambda self, *a, **k: (time.sleep(0.4), _generate(self, *a, **k))[1]\n")
 
 
 def _start(config: str, url: str, api: str, fault: dict | None) -> subprocess.Popen:
@@ -44,8 +50,10 @@ def _start(config: str, url: str, api: str, fault: dict | None) -> subprocess.Po
     spec = fault or {"target": RESERVE, "when": "before", "call": 0}
     env = {**os.environ, "DPICL_FAULT": json.dumps(spec), "DPICL_TEST_FAKE_MODELS": "1", "PREFECT_API_URL": api,
            "PYTHONPATH": os.pathsep.join([str(FAKE_SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    return subprocess.Popen([sys.executable, "-c", _DRIVER, "answer", json.dumps({"config": config, "db": url})],
+    return subprocess.Popen([sys.executable, "-c", _SLOW + _DRIVER, "answer",
+                             json.dumps({"config": config, "db": url})],
                             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
 
 
 def test_workers_drain_one_backlog_and_survive_a_kill(tmp_path, postgres_url, api_url):  # noqa: F811
@@ -53,12 +61,13 @@ def test_workers_drain_one_backlog_and_survive_a_kill(tmp_path, postgres_url, ap
     from dpicl.storage.ledger import ledger_events
 
     config = _setup(tmp_path, postgres_url)
-    # the first worker dies right after paying for its first batch: its claims and charges are left behind
-    killed = _start(config, postgres_url, api_url, {"target": RESERVE, "when": "after", "call": 1})
+    # four workers start together; one dies right after paying for its second batch, while the others work
+    # beside it: its claims and charges are left behind
+    killed = _start(config, postgres_url, api_url, {"target": RESERVE, "when": "after", "call": 2})
+    workers = [_start(config, postgres_url, api_url, None) for _ in range(WORKERS)]
     out = killed.communicate(timeout=420)[0].decode(errors="replace")
     assert killed.returncode == -9, out[-3000:]
-    # the others mark its run crashed, take its queries over, and share the rest of the backlog
-    workers = [_start(config, postgres_url, api_url, None) for _ in range(WORKERS)]
+    # the others mark its run crashed when they run out of queries, take its queries over, and finish the backlog
     outputs = [w.communicate(timeout=420)[0].decode(errors="replace") for w in workers]
     for w, out in zip(workers, outputs):
         assert w.returncode == 0 and "FINISHED" in out, out[-3000:]
@@ -69,6 +78,8 @@ def test_workers_drain_one_backlog_and_survive_a_kill(tmp_path, postgres_url, ap
         entries = dict(con.execute("SELECT entry_id, run_id FROM ledger").fetchall())
         statuses = dict(con.execute("SELECT query_id, status FROM queries").fetchall())
         runs = dict(con.execute("SELECT run_id, status FROM runs").fetchall())
+        spans = {r: (first, last) for r, first, last in con.execute(
+            "SELECT run_id, min(created_at), max(created_at) FROM ledger GROUP BY run_id").fetchall()}
         limit, delta = con.execute("SELECT epsilon, delta FROM budgets WHERE dataset = 'tiny'").fetchone()
         spent = ledger_epsilon(ledger_events(con, "tiny"), delta)
     finally:
@@ -82,5 +93,8 @@ def test_workers_drain_one_backlog_and_survive_a_kill(tmp_path, postgres_url, ap
     unreleased = {entries[e] for e in entries} - {entries[e] for *_, e in releases}
     assert all(runs[r] == "crashed" for r in unreleased), (unreleased, runs)
     assert list(runs.values()).count("crashed") == 1
+    # the killed run was still paying after another run had started paying: it died beside working runs
+    (dead,) = [r for r, status in runs.items() if status == "crashed"]
+    assert spans[dead][1] > min(first for r, (first, _) in spans.items() if r != dead)
     # the work was shared: more than one run released answers
     assert len({entries[e] for *_, e in releases}) >= 2

@@ -17,14 +17,18 @@ DbOption = Annotated[Optional[str], typer.Option(
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
+# A running flow holds a DuckDB file for a moment per task: a command waits this long for a gap before it fails.
+WAIT_SECONDS = 15.0
+
+
 def connect(db: str | Path | None, read_only: bool = False):
-    """The database, or one `error:` line if it cannot be opened (locked, unreachable, newer schema, missing, not
-    DuckDB)."""
+    """The database, or one `error:` line if it cannot be opened (locked past WAIT_SECONDS, unreachable, newer
+    schema, missing, not DuckDB)."""
     from dpicl.storage import db as storage
 
     path = db or storage.default_db_path()
     try:
-        return storage.connect(path, read_only=read_only)
+        return storage.connect(path, read_only=read_only, wait_seconds=WAIT_SECONDS)
     except (storage.DatabaseLockedError, storage.DatabaseUnavailableError, storage.SchemaVersionError,
             FileNotFoundError) as err:
         fail(str(err))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -91,9 +92,21 @@ def migrations(engine: str = "duckdb") -> list[tuple[int, str, Path]]:
     return found
 
 
-def connect(path: str | Path | None = None, read_only: bool = False):
+def connect(path: str | Path | None = None, read_only: bool = False, wait_seconds: float = 0.0):
     """Open the database (default `default_db_path()`; ":memory:" allowed; a `postgresql://` URL opens
-    PostgreSQL) with its schema up to date."""
+    PostgreSQL) with its schema up to date. `wait_seconds`: how long to retry while another process holds the
+    DuckDB file (a flow's task holds it for moments; a CLI reader too) before DatabaseLockedError."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            return _connect(path, read_only)
+        except DatabaseLockedError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _connect(path: str | Path | None, read_only: bool):
     target = str(default_db_path() if path is None else path)
     if postgres.is_url(target):
         return _connect_postgres(target, read_only)

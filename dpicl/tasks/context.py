@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from dpicl import methods
 from dpicl.config import Config, load_config
 from dpicl.methods.base import Method, Plan
 from dpicl.storage import ledger, recovery
-from dpicl.storage.db import DatabaseLockedError, connect
+from dpicl.storage.db import connect
 from dpicl.storage.runs import get_run, stored_plan
 
 
@@ -80,15 +79,7 @@ READER_WAIT_SECONDS = 60.0
 
 @contextmanager
 def database(db_path: str, wait_seconds: float = READER_WAIT_SECONDS) -> Iterator[duckdb.DuckDBPyConnection]:
-    deadline = time.monotonic() + wait_seconds
-    while True:
-        try:
-            con = connect(db_path)
-            break
-        except DatabaseLockedError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.2)
+    con = connect(db_path, wait_seconds=wait_seconds)
     try:
         yield con
     finally:

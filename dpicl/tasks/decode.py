@@ -34,23 +34,22 @@ def decode(db_path: str, run_id: str, query_ids: list[str]) -> list[dict]:
         queries = get_queries(con, cfg.backlog, query_ids)
         # the whole batch is paid for (one transaction) before the first token
         reservations = context.reserve_many(con, cfg, run_id, query_ids, method.name, event_json)
-        for query_id in tqdm(query_ids, desc=f"{method.name} decode", unit="query"):
-            reservation = reservations.get(query_id)
-            if reservation is None:
-                refused.append(query_id)
-                continue
+        refused = [q for q in query_ids if q not in reservations]
+        set_query_status(con, cfg.backlog, refused, "refused_budget")
+    for query_id in tqdm([q for q in query_ids if q in reservations], desc=f"{method.name} decode", unit="query"):
+        reservation = reservations[query_id]
 
-            def paid(used, query_id=query_id):
-                require_paid(event_json, used, what=f"query {query_id!r}")
+        def paid(used, query_id=query_id):
+            require_paid(event_json, used, what=f"query {query_id!r}")
 
-            decoded = method.answer(cfg, backend, plan, records, teacher_key, queries[query_id].input, paid,
-                                    make_rng())
+        # no connection is open while the model decodes
+        decoded = method.answer(cfg, backend, plan, records, teacher_key, queries[query_id].input, paid, make_rng())
+        with context.database(db_path) as con:
             # numbers computed from private data (AdaPMixED's data-dependent RDP, DPS-MOZO's λ's) stay private
             put_artifact(con, artifact_key("settlement", [], {"entry_id": reservation.entry_id}), "settlement",
                          cfg.backlog, query_id, decoded.private, private=True, run_id=run_id)
             record_release(con, reservation, run_id=run_id, mechanism=method.name, answer=decoded.text,
                            details={**decoded.info, **shared})
-            rows.append({"query_id": query_id, "status": "answered", "epsilon_cost": reservation.epsilon_cost})
-        set_query_status(con, cfg.backlog, refused, "refused_budget")
+        rows.append({"query_id": query_id, "status": "answered", "epsilon_cost": reservation.epsilon_cost})
     get_run_logger().info("decoded %d answers; %d refused (budget cannot pay)", len(rows), len(refused))
     return rows

@@ -32,13 +32,16 @@ def embed(db_path: str, run_id: str, outputs: dict[str, dict[str, str]]) -> dict
         }
         jobs = [(q, "teachers", "teacher_outputs", True) for q in outputs]
         jobs += [(q, name, source, False) for q in outputs if not has_artifact(con, keys[q][name])]
-        embedded = 0
-        # Private teacher outputs and public texts in separate encoder calls (privacy invariant 10): a public
-        # embedding, which is released, never shares a batch with private texts.
-        for part in ([j for j in jobs if j[3]], [j for j in jobs if not j[3]]):
-            flat = [t for q, _, src, _ in part for t in texts[outputs[q][src]]]
-            vectors = context.encoder(cfg).encode(flat, progress=True) if flat else np.zeros((0, 0), np.float32)
-            embedded += len(flat)
+    embedded, done = 0, []
+    # Private teacher outputs and public texts in separate encoder calls (privacy invariant 10): a public
+    # embedding, which is released, never shares a batch with private texts. No connection is open meanwhile.
+    for part in ([j for j in jobs if j[3]], [j for j in jobs if not j[3]]):
+        flat = [t for q, _, src, _ in part for t in texts[outputs[q][src]]]
+        vectors = context.encoder(cfg).encode(flat, progress=True) if flat else np.zeros((0, 0), np.float32)
+        embedded += len(flat)
+        done.append((part, vectors))
+    with context.database(db_path) as con:
+        for part, vectors in done:
             start = 0
             for q, kind, src, private in part:
                 n = len(texts[outputs[q][src]])

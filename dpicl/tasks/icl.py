@@ -34,12 +34,13 @@ def icl(db_path: str, run_id: str, query_ids: list[str]) -> list[dict]:
             # the demonstrations shown depend on the query only (public data: deterministic, cacheable)
             (chosen,) = public_teacher_groups(len(demos), 1, m.shots, f"{m.demos_dataset}\0{query_id}")
             prompts.append(render_prompt(cfg.task, [demos[i] for i in chosen], queries[query_id].input))
-        backend = context.backend(cfg)
-        if cfg.task.type == "classification":
-            scores = backend.label_logprobs(prompts, [cfg.task.label_prefix + label for label in cfg.task.labels])
-            answers = [cfg.task.labels[int(i)] for i in scores.argmax(axis=1)]
-        else:
-            answers = backend.generate(prompts, greedy_params(cfg), progress=True)
+    backend = context.backend(cfg)  # no connection is open while the model runs
+    if cfg.task.type == "classification":
+        scores = backend.label_logprobs(prompts, [cfg.task.label_prefix + label for label in cfg.task.labels])
+        answers = [cfg.task.labels[int(i)] for i in scores.argmax(axis=1)]
+    else:
+        answers = backend.generate(prompts, greedy_params(cfg), progress=True)
+    with context.database(db_path) as con:
         reservations = context.reserve_many(con, cfg, run_id, query_ids, m.name, event_json)  # free: all of them
         for query_id, answer in zip(query_ids, answers, strict=True):
             reservation = reservations[query_id]

@@ -17,14 +17,14 @@ from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
 
 
-def release_answers(con, cfg: Config, method, aggregates: dict[str, Any], features: dict[str, dict[str, str]]):
-    """The method's answers from the DP aggregates and the public artifacts its release reads: (query id, answer,
-    details) per query. The run's backend is loaded only when the method's release calls the LLM."""
+def release_inputs(con, cfg: Config, method, aggregates: dict[str, Any], features: dict[str, dict[str, str]]):
+    """What the method's release reads besides the DP aggregates: (the public artifacts it needs per query, the
+    queries' texts)."""
     public_keys = [features[q][k] for q in aggregates for k in method.release_needs if k in features[q]]
     stored = get_artifacts(con, public_keys)
     public = {q: {k: stored[features[q][k]] for k in method.release_needs if k in features[q]} for q in aggregates}
     queries = {q: r.input for q, r in get_queries(con, cfg.backlog, list(aggregates)).items()}
-    return method.release(cfg, aggregates, public, queries, _Lazy(lambda: context.backend(cfg)))
+    return public, queries
 
 
 class _Lazy:
@@ -49,7 +49,12 @@ def release(db_path: str, run_id: str, aggregates: dict[str, dict], features: di
     with context.database(db_path) as con:
         results = get_artifacts(con, [a["aggregate"] for a in aggregates.values()])
         dp_outputs = {q: results[a["aggregate"]] for q, a in aggregates.items()}
-        for query_id, answer, details in release_answers(con, cfg, method, dp_outputs, features):
+        public, queries = release_inputs(con, cfg, method, dp_outputs, features)
+    # (query id, answer, details) per query; the backend is loaded only when the release calls the LLM (KSA's final
+    # answer), and no connection is open while it runs
+    answers = list(method.release(cfg, dp_outputs, public, queries, _Lazy(lambda: context.backend(cfg))))
+    with context.database(db_path) as con:
+        for query_id, answer, details in answers:
             agg = aggregates[query_id]
             reservation = Reservation(
                 agg["entry_id"], cfg.private_dataset, cfg.backlog, query_id, agg["epsilon_before"], agg["epsilon_after"]

@@ -94,14 +94,15 @@ def synthesize(config_path: str, db_path: str) -> dict:
             raise BudgetCannotPayError(
                 f"the budget of {cfg.private_dataset!r} cannot pay for this synthesis (ε {budget.epsilon:g} in all); "
                 "lower synthetic.epsilon, method.demos or generation.max_new_tokens")
-        rng = make_rng()
-        rows = []
-        jobs = [(label, None) for label in pools for _ in range(m.demos)] if inputs == [] else \
-            [(None, x) for x in inputs]
-        _check_paid(cfg, method, plan, event, pools, jobs)
-        for label, public_input in tqdm(jobs, desc=f"synthesize ({m.name})", unit="demo"):
-            rows.append(method.synthesize_text(cfg, backend, plan, pools[label], dataset["teacher_key"], label,
-                                               public_input, rng))
+    rng = make_rng()
+    rows = []
+    jobs = [(label, None) for label in pools for _ in range(m.demos)] if inputs == [] else \
+        [(None, x) for x in inputs]
+    _check_paid(cfg, method, plan, event, pools, jobs)
+    for label, public_input in tqdm(jobs, desc=f"synthesize ({m.name})", unit="demo"):  # no connection open
+        rows.append(method.synthesize_text(cfg, backend, plan, pools[label], dataset["teacher_key"], label,
+                                           public_input, rng))
+    with context.database(db_path) as con:
         n = write_synthetic_dataset(con, syn.name, cfg.task.type, rows, source_dataset=cfg.private_dataset,
                                     run_id=run_id, entry_id=reservation.entry_id)
         finish_run(con, run_id, "completed")

@@ -78,21 +78,13 @@ def prefect_bin() -> str:
 
 def read_db(db: str, query: str, params: list | None = None, timeout: float = 120.0) -> list[tuple]:
     """Rows of a read-only query, retried while a flow run holds the file (DuckDB: one process at a time)."""
-    from dpicl.storage.db import DatabaseLockedError, connect
+    from dpicl.storage.db import connect
 
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            con = connect(db, read_only=True)
-        except DatabaseLockedError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-            continue
-        try:
-            return con.execute(query, params or []).fetchall()
-        finally:
-            con.close()
+    con = connect(db, read_only=True, wait_seconds=timeout)
+    try:
+        return con.execute(query, params or []).fetchall()
+    finally:
+        con.close()
 
 
 def statuses(db: str) -> dict[str, str]:

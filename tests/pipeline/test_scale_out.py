@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -98,3 +99,37 @@ def test_workers_drain_one_backlog_and_survive_a_kill(tmp_path, postgres_url, ap
     assert spans[dead][1] > min(first for r, (first, _) in spans.items() if r != dead)
     # the work was shared: more than one run released answers
     assert len({entries[e] for *_, e in releases}) >= 2
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "postgres"])
+def test_budget_show_and_releases_work_while_a_flow_runs(tmp_path, engine, request, api_url):  # noqa: F811
+    """No connection is held while the model runs: the read-only commands get in between a running flow's tasks,
+    on a DuckDB file (which one process opens at a time) as on PostgreSQL."""
+    from typer.testing import CliRunner
+
+    from dpicl.cli import app
+
+    db = str(tmp_path / "busy.duckdb") if engine == "duckdb" else request.getfixturevalue("postgres_url")
+    config = _setup(tmp_path, db)
+    worker = _start(config, db, api_url, None)
+    try:
+        deadline = time.monotonic() + 120
+        while worker.poll() is None and time.monotonic() < deadline:
+            con = connect(db, read_only=True, wait_seconds=30)
+            try:
+                paid = con.execute("SELECT count(*) FROM ledger").fetchone()[0]
+            finally:
+                con.close()
+            if paid:
+                break
+            time.sleep(0.3)
+        assert worker.poll() is None, "the flow ended before anything was checked"
+        show = CliRunner().invoke(app, ["budget", "show", "tiny", "--db", db, "--json"])
+        releases = CliRunner().invoke(app, ["releases", "tiny-backlog", "--db", db])
+        assert show.exit_code == 0, show.output
+        assert json.loads(show.output.strip().splitlines()[-1])["ledger_entries"] > 0
+        assert releases.exit_code == 0, releases.output
+        assert worker.poll() is None, "the flow ended before the commands ran: nothing was tested"
+    finally:
+        out = worker.communicate(timeout=420)[0].decode(errors="replace")
+    assert worker.returncode == 0 and "FINISHED" in out, out[-3000:]

@@ -47,6 +47,11 @@ class TaskConfig(_Strict):
     labels: list[str] = []
     # what precedes a label after the query prompt ("Sentiment:" + " positive")
     label_prefix: str = " "
+    # classification: contextual calibration of every vote (Zhao et al. 2021): each prompt's label distribution is
+    # divided by the mean one its own demonstrations give these content-free inputs (dpicl/inference/teachers.py);
+    # one extra forward pass per prompt and input
+    calibrate: bool = False
+    content_free_inputs: list[str] = ["N/A", "", "[MASK]"]
 
     @field_validator("demo_template")
     @classmethod
@@ -68,6 +73,8 @@ class TaskConfig(_Strict):
             raise ValueError("a classification task needs at least two distinct labels (task.labels)")
         if self.type != "classification" and self.labels:
             raise ValueError("task.labels is only used by classification tasks")
+        if self.calibrate and (self.type != "classification" or not self.content_free_inputs):
+            raise ValueError("task.calibrate needs a classification task and at least one content_free_inputs")
         return self
 
 

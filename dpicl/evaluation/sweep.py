@@ -150,9 +150,9 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
     per_query = lambda flat: [flat[i * n:(i + 1) * n] for i in range(len(queries))]  # noqa: E731
     if base.task.type == "classification":
         progress("infer: teachers")
-        votes = per_query(label_votes(backend, teacher_prompts, base))
+        votes = per_query(label_votes(backend, teacher_prompts, base, [q for q in queries for _ in range(n)]))
         progress("infer: zero-shot")
-        ens.answers["zero-shot"] = [base.task.labels[v] for v in label_votes(backend, zero_shot, base)]
+        ens.answers["zero-shot"] = [base.task.labels[v] for v in label_votes(backend, zero_shot, base, queries)]
         ens.answers["few-shot"] = [[base.task.labels[v] for v in vs] for vs in votes]
         for f, vs in zip(ens.features, votes):
             f["teacher_votes"] = vs

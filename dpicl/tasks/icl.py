@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prefect import get_run_logger, task
 
-from dpicl.inference.teachers import greedy_params
+from dpicl.inference.teachers import greedy_params, label_votes
 from dpicl.privacy.accounting.guard import require_paid
 from dpicl.prompts import public_teacher_groups, render_prompt
 from dpicl.storage import get_dataset, get_queries, load_records
@@ -36,8 +36,8 @@ def icl(db_path: str, run_id: str, query_ids: list[str]) -> list[dict]:
             prompts.append(render_prompt(cfg.task, [demos[i] for i in chosen], queries[query_id].input))
     backend = context.backend(cfg)  # no connection is open while the model runs
     if cfg.task.type == "classification":
-        scores = backend.label_logprobs(prompts, [cfg.task.label_prefix + label for label in cfg.task.labels])
-        answers = [cfg.task.labels[int(i)] for i in scores.argmax(axis=1)]
+        votes = label_votes(backend, prompts, cfg, [queries[q].input for q in query_ids])
+        answers = [cfg.task.labels[v] for v in votes]
     else:
         answers = backend.generate(prompts, greedy_params(cfg), progress=True)
     with context.database(db_path) as con:

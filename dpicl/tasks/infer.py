@@ -21,6 +21,7 @@ from dpicl.storage.artifacts import (
     has_artifact,
     put_artifact,
 )
+from dpicl.storage.queries import get_queries
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
 
@@ -42,6 +43,9 @@ def infer(db_path: str, run_id: str, prompts: dict[str, dict[str, str]]) -> dict
             for q, p in prompts.items()}
     with context.database(db_path) as con:
         texts = get_artifacts(con, [p["teachers"] for p in prompts.values()])
+        # calibrated votes replace each prompt's query by content-free inputs: they need the query texts
+        inputs = {q: r.input for q, r in get_queries(con, cfg.backlog, list(prompts)).items()} \
+            if classify and cfg.task.calibrate else None
         extra = None
         if method.samples_candidates:
             extra = _candidates_to_sample(con, cfg, method, prompts, keys)
@@ -49,8 +53,11 @@ def infer(db_path: str, run_id: str, prompts: dict[str, dict[str, str]]) -> dict
             extra = _public_to_generate(con, cfg, prompts, keys)
     backend = context.backend(cfg)
     flat = [t for p in prompts.values() for t in texts[p["teachers"]]]
-    outputs = label_votes(backend, flat, cfg) if classify else backend.generate(flat, greedy_params(cfg),
-                                                                                 progress=True)
+    if classify:
+        queries = None if inputs is None else [inputs[q] for q, p in prompts.items() for _ in texts[p["teachers"]]]
+        outputs = label_votes(backend, flat, cfg, queries)
+    else:
+        outputs = backend.generate(flat, greedy_params(cfg), progress=True)
     extra_outputs = extra.generate(backend) if extra is not None else None
     with context.database(db_path) as con:
         start = 0

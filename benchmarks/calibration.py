@@ -1,0 +1,81 @@
+"""Contextual calibration of the teachers' label votes (Zhao et al. 2021), measured: zero-shot, one few-shot
+teacher, the non-private majority of the teachers and RNM at ε, each with and without calibration, side by side on
+the same teachers (same demonstrations, same queries).
+
+    .venv/bin/python benchmarks/calibration.py [--configs sst2-rnm agnews-rnm] [--queries 100] [--repetitions 3]
+                                              [--epsilon 3] [--seed 0] [--json]
+
+The configs' data come from the benchmark sets (docs/BENCHMARKS.md says where); the model is the configs' own
+(the embedded SmolLM2-135M). Accuracy, mean and standard deviation over repetitions (fresh teachers and noise).
+With --json the last line is one JSON object with `rows`: {config, calibrated, setting, accuracy, std}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import numpy as np
+
+from dpicl.config import load_config
+from dpicl.evaluation import sweep
+from dpicl.privacy.rng import benchmark_rng, derived_seed
+from dpicl.tasks import context
+
+
+def accuracies(cfg, ens, epsilon: float, rng, backend) -> dict[str, float]:
+    refs = ens.references
+    teacher = np.mean([sweep.score(cfg, [a[t] for a in ens.answers["few-shot"]], refs, None)["accuracy"]
+                       for t in range(len(ens.answers["few-shot"][0]))])
+    majority, _ = sweep.method_answers(cfg, ens, sweep.INF, backend, rng)
+    private, _ = sweep.method_answers(cfg, ens, epsilon, backend, rng)
+    return {"zero-shot": sweep.score(cfg, ens.answers["zero-shot"], refs, None)["accuracy"],
+            "one teacher (few-shot)": float(teacher),
+            "teachers' majority (non-private)": sweep.score(cfg, majority[""], refs, None)["accuracy"],
+            f"RNM ε={epsilon:g}": sweep.score(cfg, private[""], refs, None)["accuracy"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", default=["sst2-rnm", "agnews-rnm"])
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--epsilon", type=float, default=3.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    for name in args.configs:
+        plain = load_config(name)
+        calibrated = plain.model_copy(update={"task": plain.task.model_copy(update={"calibrate": True})})
+        data = sweep.load_benchmark([plain], args.queries)
+        backend = context.backend(plain)
+        results: dict[tuple[bool, str], list[float]] = {}
+        for repetition in range(args.repetitions):
+            for cfg in (plain, calibrated):
+                # the same teachers and queries with and without calibration: only the votes differ
+                ens = sweep.build_ensemble([cfg], data, backend, context.encoder,
+                                           benchmark_rng(args.seed, repetition, "ensemble"),
+                                           teacher_key=derived_seed(args.seed, "teacher-key"))
+                found = accuracies(cfg, ens, args.epsilon, benchmark_rng(args.seed, repetition, "noise"), backend)
+                for setting, value in found.items():
+                    results.setdefault((cfg.task.calibrate, setting), []).append(value)
+        print(f"\n{name}: {args.queries} queries, {plain.method.teachers} teachers × {plain.method.shots} shots, "
+              f"{args.repetitions} repetitions (accuracy, mean ± std)")
+        print(f"{'setting':<34} {'plain':>15} {'calibrated':>15}")
+        for setting in dict.fromkeys(s for _, s in results):
+            cells = []
+            for flag in (False, True):
+                values = results[(flag, setting)]
+                mean, std = float(np.mean(values)), float(np.std(values))
+                cells.append(f"{mean:.3f} ± {std:.3f}")
+                rows.append({"config": name, "calibrated": flag, "setting": setting, "accuracy": mean, "std": std})
+            print(f"{setting:<34} {cells[0]:>15} {cells[1]:>15}", flush=True)
+    if args.json:
+        print(json.dumps({"rows": rows, "queries": args.queries, "repetitions": args.repetitions,
+                          "epsilon": args.epsilon if math.isfinite(args.epsilon) else None}))
+
+
+if __name__ == "__main__":
+    main()

@@ -3,7 +3,7 @@ teacher, the non-private majority of the teachers and RNM at ε, each with and w
 the same teachers (same demonstrations, same queries).
 
     .venv/bin/python benchmarks/calibration.py [--configs sst2-rnm agnews-rnm] [--queries 100] [--repetitions 3]
-                                              [--epsilon 3] [--seed 0] [--json]
+                                              [--epsilon 3] [--seed 0] [--batched] [--json]
 
 The configs' data come from the benchmark sets (docs/BENCHMARKS.md says where); the model is the configs' own
 (the embedded SmolLM2-135M). Accuracy, mean and standard deviation over repetitions (fresh teachers and noise).
@@ -22,6 +22,25 @@ from dpicl.config import load_config
 from dpicl.evaluation import sweep
 from dpicl.privacy.rng import benchmark_rng, derived_seed
 from dpicl.tasks import context
+
+
+class _ScoreCache:
+    """The backend, with each prompt's label log-probabilities computed once: the calibrated pass reuses the plain
+    pass's teacher and zero-shot scores and computes only the content-free prompts (one-by-one forward passes
+    are deterministic, so the reuse changes nothing)."""
+
+    def __init__(self, backend):
+        self.backend, self.cache = backend, {}
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def label_logprobs(self, prompts, continuations, *, progress=False):
+        todo = [p for p in dict.fromkeys(prompts) if (p, tuple(continuations)) not in self.cache]
+        if todo:
+            for p, row in zip(todo, self.backend.label_logprobs(todo, continuations, progress=progress)):
+                self.cache[(p, tuple(continuations))] = row
+        return np.array([self.cache[(p, tuple(continuations))] for p in prompts])
 
 
 def accuracies(cfg, ens, epsilon: float, rng, backend) -> dict[str, float]:
@@ -43,14 +62,19 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--epsilon", type=float, default=3.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batched", action="store_true",
+                        help="batched forward passes (model.batch_invariant: false): faster, votes may differ in the "
+                             "last bits of a log-probability")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = []
     for name in args.configs:
         plain = load_config(name)
+        if args.batched:
+            plain = plain.model_copy(update={"model": plain.model.model_copy(update={"batch_invariant": False})})
         calibrated = plain.model_copy(update={"task": plain.task.model_copy(update={"calibrate": True})})
         data = sweep.load_benchmark([plain], args.queries)
-        backend = context.backend(plain)
+        backend = _ScoreCache(context.backend(plain))
         results: dict[tuple[bool, str], list[float]] = {}
         for repetition in range(args.repetitions):
             for cfg in (plain, calibrated):

@@ -75,6 +75,32 @@ def test_rnm_releases_a_label_per_paid_query_charged_as_a_sqrt2_gaussian(classif
     assert all(t == -1.0 for _, t in backend.calls), "teachers must vote by label scores, not generate"
 
 
+def test_calibrated_rnm_scores_each_teacher_prompt_with_its_content_free_inputs(classification_env, fake_models):
+    """With task.calibrate the flow scores, for every teacher prompt, the same demonstrations with each content-free
+    input in place of the query, and releases labels as before."""
+    config, db = classification_env
+    raw = yaml.safe_load(open(config))
+    raw["task"]["calibrate"] = True
+    open(config, "w").write(yaml.safe_dump(raw))
+    backend, _ = fake_models
+    scored: list[str] = []
+    plain = backend.label_logprobs
+
+    def recording(prompts, continuations, *, progress=False):
+        scored.extend(prompts)
+        return plain(prompts, continuations, progress=progress)
+
+    backend.label_logprobs = recording
+    result, releases, *_ = _run(config, db)
+    assert result["answered"] == PLANNED and {r["answer"] for r in releases} <= set(LABELS)
+    with_demos = [p for p in scored if "\n\n" in p]  # teacher prompts, not zero-shot ones
+    free = [p for p in with_demos if p.endswith("Text: N/A\nLabel:")]
+    teacher = [p for p in with_demos if not p.endswith(("Text: N/A\nLabel:", "Text: \nLabel:",
+                                                        "Text: [MASK]\nLabel:"))]
+    assert teacher and len(free) == len(teacher)  # one "N/A" prompt per teacher prompt, with its demonstrations
+    assert {p.rsplit("\n\n", 1)[0] for p in free} == {p.rsplit("\n\n", 1)[0] for p in teacher}
+
+
 def test_ksa_joint_em_releases_ranked_keywords_from_the_public_prompt_only(pipeline_env):
     config, db = pipeline_env
     _with_method(config, {"name": "ksa-jem", "k": 3})

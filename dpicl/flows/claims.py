@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 
 from dpicl.storage.db import connect
 from dpicl.storage.queries import CLAIM_LEASE_SECONDS, release_claims, renew_claims
@@ -27,11 +27,8 @@ def claims_kept(db_path: str, run_id: str, lease_seconds: float = CLAIM_LEASE_SE
     def renew() -> None:
         while not stop.wait(lease_seconds / 3):
             try:
-                con = connect(db_path)
-                try:
+                with closing(connect(db_path)) as con:
                     renew_claims(con, run_id, lease_seconds)
-                finally:
-                    con.close()
             except Exception as error:  # noqa: BLE001 (a missed renewal is retried; the lease has slack for two)
                 log.warning("could not renew the claims of run %s (%s); retrying", run_id, type(error).__name__)
 
@@ -42,8 +39,5 @@ def claims_kept(db_path: str, run_id: str, lease_seconds: float = CLAIM_LEASE_SE
     finally:
         stop.set()
         renewer.join()
-        con = connect(db_path)
-        try:
+        with closing(connect(db_path)) as con:
             release_claims(con, run_id)
-        finally:
-            con.close()

@@ -45,6 +45,8 @@ def _decode_loop(backend, max_new_tokens: int, stop: Sequence[str],
         suffix.append(token)
         if stop and has_stop(backend.decode(suffix), stop):
             break
+    else:  # the token limit ended it: the released text is cut at a sentence boundary (post-processing)
+        return postprocess(backend.decode(suffix), stop, truncated=True), suffix, steps
     return postprocess(backend.decode(suffix), stop), suffix, steps
 
 

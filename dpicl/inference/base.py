@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -194,8 +195,9 @@ class ModelNotAvailableError(RuntimeError):
     """A model the configuration names is not installed locally (we never download at run time)."""
 
 
-def postprocess(text: str, stop: Sequence[str]) -> str:
-    """Strip leading whitespace, cut at the earliest stop string, strip again.
+def postprocess(text: str, stop: Sequence[str], *, truncated: bool = False) -> str:
+    """Strip leading whitespace, cut at the earliest stop string, strip again; a completion the token limit
+    `truncated` (no stop string, no EOS) ends at a sentence boundary (`whole_sentences`).
 
     Leading whitespace goes first: small models often open a completion with a newline, and a `"\\n"` stop
     would otherwise cut every answer to nothing (docs/STACK.md).
@@ -206,7 +208,45 @@ def postprocess(text: str, stop: Sequence[str]) -> str:
         i = text.find(s)
         if 0 <= i < cut:
             cut = i
-    return text[:cut].strip()
+    stopped = cut < len(text)
+    text = text[:cut].strip()
+    return whole_sentences(text) if truncated and not stopped else text
+
+
+# A sentence ends at . ! ? or … (closing quotes or brackets may follow) before whitespace or the end: not the dots
+# inside "7.3.0" or "e.g" followed by a letter.
+_SENTENCE_END = re.compile(r"[.!?\u2026][\"')\]\u201d\u2019]*(?=\s|$)")
+_LAST_WORD = re.compile(r"\s*\S+$")
+# Words a sentence cannot end on: what is left of a fragment once its cut-off tail is gone.
+_DANGLING = frozenset(
+    "a an the and or but nor so of to in on at for from with by as into onto about than that which who whom whose "
+    "is are was were be been being has have had will would can could should may might must do does did not "
+    "his her their its our your my this these those".split()
+)
+MIN_SENTENCE_WORDS = 3
+
+
+def whole_sentences(text: str) -> str:
+    """`text`, cut off by a token limit, ended at a sentence boundary.
+
+    It keeps everything up to its last complete sentence of at least `MIN_SENTENCE_WORDS` words. A text with no
+    such sentence (one long sentence cut off) loses its last word, which may be cut mid-word, and the words a
+    sentence cannot end on ("the", "of", "and", …), and is closed with a period. Never empty if `text` is not.
+    """
+    text = text.strip()
+    ends = [m.end() for m in _SENTENCE_END.finditer(text)]
+    if ends and ends[-1] == len(text):
+        return text
+    ends = [end for end in ends if len(text[:end].split()) >= MIN_SENTENCE_WORDS]
+    if ends:
+        return text[: ends[-1]]
+    fragment = _LAST_WORD.sub("", text)
+    while fragment and fragment.split()[-1].strip(",;:-\u2013\u2014").lower() in _DANGLING:
+        fragment = _LAST_WORD.sub("", fragment)
+    fragment = fragment.rstrip(",;:-\u2013\u2014 ")
+    if not fragment:
+        return text
+    return fragment if _SENTENCE_END.search(fragment + " ", len(fragment) - 2) else f"{fragment}."
 
 
 def has_stop(text: str, stop: Sequence[str]) -> bool:

@@ -405,11 +405,13 @@ class HFBackend:
                 if seeds is not None:
                     torch.manual_seed(seeds[batch[0]])
                 texts = self._generate_batch([ids[i] for i in batch], params)
-                for i, text in zip(batch, texts, strict=True):
-                    outputs[i] = postprocess(text, params.stop)
+                for i, (text, truncated) in zip(batch, texts, strict=True):
+                    outputs[i] = postprocess(text, params.stop, truncated=truncated)
         return outputs  # type: ignore[return-value]
 
-    def _generate_batch(self, ids: list[list[int]], params: GenerationParams) -> list[str]:
+    def _generate_batch(self, ids: list[list[int]], params: GenerationParams) -> list[tuple[str, bool]]:
+        """Each prompt's completion, and whether the token limit cut it (no EOS: rows that end early are padded
+        with EOS or the pad token)."""
         enc = self._pad(ids)
         prompt_len = enc["input_ids"].shape[1]
         kwargs: dict = dict(
@@ -424,8 +426,11 @@ class HFBackend:
         if params.stop:
             stopper = _StopStrings(self.tokenizer, params.stop, prompt_len)
             kwargs["stopping_criteria"] = StoppingCriteriaList([stopper])
-        out = self.model.generate(**enc, **kwargs)
-        return self.tokenizer.batch_decode(out[:, prompt_len:], skip_special_tokens=True)
+        new = self.model.generate(**enc, **kwargs)[:, prompt_len:]
+        ended = set(self.eos_token_ids) | {self.tokenizer.pad_token_id}
+        at_limit = new.shape[1] >= params.max_new_tokens
+        truncated = [at_limit and not ended.intersection(row.tolist()) for row in new]
+        return list(zip(self.tokenizer.batch_decode(new, skip_special_tokens=True), truncated, strict=True))
 
     def close(self) -> None:
         """Free the model's memory (and the kept KV caches); the backend cannot generate or score afterwards."""

@@ -274,7 +274,7 @@ class OpenAIBackend(TokenizerText):
             text, finish = choice.get("text") or "", choice.get("finish_reason")
             if stopped_in_leading_whitespace(text, finish, choice.get("stop_reason", UNKNOWN), params.stop):
                 choice = self._complete(prompts[i], params, redo_seeds[i], ())
-            return postprocess(choice.get("text") or "", params.stop)
+            return postprocess(choice.get("text") or "", params.stop, truncated=choice.get("finish_reason") == "length")
 
         return self._map(one, len(prompts), progress=progress, what="completions")
 

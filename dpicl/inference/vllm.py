@@ -188,10 +188,10 @@ class VLLMBackend(TokenizerText):
             return []
         ids = self._encode(prompts)
         self._prefill_repeated(ids)
-        tokens = self._complete(ids, params, progress)
+        tokens, truncated = self._complete(ids, params, progress)
         # Decoded from the token ids (as `hf` does), not vLLM's text, which ends before the stop string.
         texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
-        return [postprocess(text, params.stop) for text in texts]
+        return [postprocess(text, params.stop, truncated=cut) for text, cut in zip(texts, truncated, strict=True)]
 
     def _prefill_repeated(self, ids: list[list[int]]) -> None:
         """Prefill each prompt asked for more than once (ESA's candidates are copies of one zero-shot prompt) once,
@@ -201,8 +201,9 @@ class VLLMBackend(TokenizerText):
             once = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
             self._run(repeated, [once] * len(repeated))
 
-    def _complete(self, ids: list[list[int]], params: GenerationParams, progress: bool) -> list[list[int]]:
-        """The generated token ids of each prompt.
+    def _complete(self, ids: list[list[int]], params: GenerationParams,
+                  progress: bool) -> tuple[list[list[int]], list[bool]]:
+        """The generated token ids of each prompt, and whether the token limit cut it.
 
         The engine ends a completion at the first stop string anywhere, but `postprocess` strips leading whitespace
         before it looks for stops (small models often open with a newline). A completion that stopped inside its
@@ -210,6 +211,7 @@ class VLLMBackend(TokenizerText):
         until it stops after it or has `max_new_tokens`: the tokens `hf` generates, without generating them again.
         """
         tokens: list[list[int]] = [[] for _ in ids]
+        truncated = [False] * len(ids)
         todo, round_ = list(range(len(ids))), 0
         while todo:
             seeds = row_seeds(params.seed, len(ids), round_)
@@ -219,11 +221,12 @@ class VLLMBackend(TokenizerText):
             for i, out in zip(todo, outs, strict=True):
                 done = out.outputs[0]
                 tokens[i] += done.token_ids
+                truncated[i] = done.finish_reason == "length"
                 if (len(tokens[i]) < params.max_new_tokens and stopped_in_leading_whitespace(
                         done.text, done.finish_reason, done.stop_reason, params.stop)):
                     going_on.append(i)
             todo, round_ = going_on, round_ + 1
-        return tokens
+        return tokens, truncated
 
     def _sampling(self, params: GenerationParams, seed: int | None, max_tokens: int):
         common: dict[str, Any] = dict(max_tokens=max_tokens, stop=list(params.stop) or None, seed=seed)

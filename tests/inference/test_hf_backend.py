@@ -53,6 +53,16 @@ def test_max_new_tokens_bounds_output(backend):
     assert len(longer) > len(short) and longer.startswith(short)  # greedy: a prefix of the longer run
 
 
+def test_a_completion_the_token_limit_cuts_ends_at_a_sentence_boundary(backend):
+    params = GenerationParams(max_new_tokens=48, stop=("\n",))
+    whole = backend.generate([MEDIUM], params)[0]
+    for limit in (6, 9):  # both cut it (asserted below)
+        cut = backend.generate([MEDIUM], replace(params, max_new_tokens=limit))[0]
+        assert cut[-1] in ".!?", cut
+        # greedy: what it keeps is the start of the longer completion (a closing period may have been added)
+        assert whole.startswith(cut.rstrip(".!?")) and len(cut) < len(whole)
+
+
 def test_stop_strings_cut_after_leading_whitespace(backend):
     full = backend.generate([LIST], GenerationParams(max_new_tokens=24))[0]
     assert "\n" in full  # the list continues on new lines

@@ -11,6 +11,7 @@ from dpicl.inference.base import (
     has_stop,
     require,
     supports,
+    whole_sentences,
 )
 
 
@@ -31,6 +32,36 @@ from dpicl.inference.base import (
 )
 def test_postprocess(text, stop, expected):
     assert postprocess(text, stop) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # the last complete sentence is where it ends; dots inside a version or before a letter are not ends
+        ("The app 7.3.0 crashes. They want a fix for the Paren", "The app 7.3.0 crashes."),
+        ("Refund asked (twice). Also asks whether the", "Refund asked (twice)."),
+        ('He said "stop now!" Then the', 'He said "stop now!"'),
+        # one sentence cut off: its possibly cut last word and the words a sentence cannot end on go
+        ("Customer reports the app crashes when opening the Paren", "Customer reports the app crashes when opening."),
+        ("Customer asks to update the address, and the", "Customer asks to update the address."),
+        # a sentence too short to stand alone ("Hi.") is not where it ends
+        ("Hi. Customer asks for a refund of", "Hi. Customer asks for a refund."),
+        ("Already whole.", "Already whole."),
+        ("1. Apples and", "1. Apples."),
+        ("1. Ap", "1."),
+        ("the of", "the of"),  # nothing would be left: kept as it is rather than emptied
+    ],
+)
+def test_whole_sentences(text, expected):
+    assert whole_sentences(text) == expected
+
+
+def test_only_a_truncated_completion_is_cut_at_a_sentence():
+    cut_off = "Paris is the capital. It has a"
+    assert postprocess(cut_off, ("\n",)) == cut_off  # ended by EOS: the model chose to end there
+    assert postprocess(cut_off, ("\n",), truncated=True) == "Paris is the capital."
+    # a stop string ended it, whatever the token count: not truncated
+    assert postprocess("Paris is the capital. It has a\nmore", ("\n",), truncated=True) == cut_off
 
 
 def test_has_stop_ignores_leading_whitespace():

@@ -177,10 +177,8 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
     sampling = next((c for c in configs if _method(c).samples_candidates), None)
     if sampling is not None:
         progress("zero-shot candidates")
-        params, c = _method(sampling).candidate_params(sampling)
-        candidates = backend.generate([z for z in zero_shot for _ in range(c)], params, progress=True)
-        for i, f in enumerate(ens.features):
-            f["candidates"] = candidates[i * c:(i + 1) * c]
+        for f, group in zip(ens.features, _method(sampling).sample_candidates(sampling, backend, zero_shot, True)):
+            f["candidates"] = group
     embedded = {_method(c).public_texts for c in configs} - {None}
     if embedded:  # the teacher outputs and each method's public texts, as the embed stage names them
         embedder = next(encoder_for(c) for c in configs if _method(c).public_texts is not None)

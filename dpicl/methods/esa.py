@@ -3,6 +3,7 @@ embeddings (Δ = 2), then the public zero-shot candidate nearest the noisy mean 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import Field
@@ -26,6 +27,9 @@ class ESASettings(EnsembleSettings):
     candidates: int = Field(8, ge=1)
     candidate_temperature: float = Field(1.0, gt=0)
     candidate_top_p: float = Field(0.95, gt=0, le=1)
+    # the greedy zero-shot answer is a candidate too, beside the `candidates` sampled ones: the noisy mean can
+    # pick the model's own best guess (sampled answers of a small model often drift off-topic)
+    greedy_candidate: bool = True
 
 
 class ESAPlan(GaussianPlan):
@@ -42,7 +46,7 @@ class ESA(EnsembleMethod):
     Plan = ESAPlan
     inputs = ("teachers",)
     release_needs = ("candidates", "candidate_texts")
-    release_only = frozenset({"candidates", "candidate_temperature", "candidate_top_p"})
+    release_only = frozenset({"candidates", "candidate_temperature", "candidate_top_p", "greedy_candidate"})
     public_texts = PublicTexts("candidates", "candidates", "candidate_texts", "candidate_embeddings")
     samples_candidates = True
     plan_details = ("noise_multiplier", "sampling_rate")
@@ -57,6 +61,17 @@ class ESA(EnsembleMethod):
                                   top_p=m.candidate_top_p, stop=tuple(cfg.generation.stop))
         return params, m.candidates
 
+    def sample_candidates(self, cfg, backend, zero_shot: list[str], progress: bool = False) -> list[list[str]]:
+        """Each zero-shot prompt's public candidates: its greedy answer first (`greedy_candidate`), then the
+        sampled ones. No private data goes in."""
+        params, n = self.candidate_params(cfg)
+        sampled = backend.generate([z for z in zero_shot for _ in range(n)], params, progress=progress)
+        groups = [sampled[i * n:(i + 1) * n] for i in range(len(zero_shot))]
+        if not cfg.method.greedy_candidate:
+            return groups
+        greedy = backend.generate(zero_shot, replace(params, temperature=0.0, top_p=1.0, seed=None))
+        return [[first, *rest] for first, rest in zip(greedy, groups, strict=True)]
+
     def aggregate(self, cfg, plan, rate, inputs, rng, paid):
         paid(plan.event(rate))
         return esa.noisy_mean(inputs["teachers"], plan.noise_multiplier, rng)
@@ -68,4 +83,4 @@ class ESA(EnsembleMethod):
         for query_id, noisy_mean in aggregates.items():
             index = nearest_candidate(noisy_mean, public[query_id]["candidates"])
             yield query_id, public[query_id]["candidate_texts"][index], {
-                "candidate_index": int(index), "candidates": cfg.method.candidates}
+                "candidate_index": int(index), "candidates": len(public[query_id]["candidate_texts"])}

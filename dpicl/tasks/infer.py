@@ -98,6 +98,21 @@ class _Public:
             start += len(group)
 
 
+@dataclass
+class _Candidates(_Public):
+    """ESA's public candidates, sampled as the method says (`sample_candidates`); `inputs` repeats each query's
+    zero-shot prompt once per candidate."""
+
+    method: object = None
+
+    def generate(self, backend) -> list[str]:
+        zero_shot = [group[0] for group in self.inputs]
+        if not zero_shot:
+            return []
+        return [t for group in self.method.sample_candidates(self.cfg, backend, zero_shot, progress=True)
+                for t in group]
+
+
 def _public_to_generate(con, cfg: Config, prompts: dict[str, dict[str, str]],
                         keys: dict[str, dict[str, str]]) -> _Public:
     """The public ensemble's greedy outputs (paper 004), generated once per public prompt set and cached."""
@@ -115,16 +130,17 @@ def candidates_key(cfg: Config, method, zero_shot_key: str) -> str:
     """The content key of a query's public zero-shot candidates (the same in every run: cached)."""
     params, n = method.candidate_params(cfg)
     return artifact_key("candidates", [zero_shot_key], {"model": cfg.model.model_dump(), "params": asdict(params),
-                                                        "n": n})
+                                                        "n": n, "greedy": cfg.method.greedy_candidate})
 
 
 def _candidates_to_sample(con, cfg: Config, method, prompts: dict[str, dict[str, str]],
                           keys: dict[str, dict[str, str]]) -> _Public:
     """Public candidates (ESA's): sampled zero-shot answers per query (no private data)."""
     params, c = method.candidate_params(cfg)
+    c += cfg.method.greedy_candidate
     for query_id, p in prompts.items():
         keys[query_id]["candidates"] = candidates_key(cfg, method, p["zero_shot"])
     todo = [q for q in prompts if not has_artifact(con, keys[q]["candidates"])]
     zero_shot = get_artifacts(con, [prompts[q]["zero_shot"] for q in todo])
-    return _Public("candidates", cfg, todo, [[zero_shot[prompts[q]["zero_shot"]]] * c for q in todo], params,
-                   {q: keys[q]["candidates"] for q in todo})
+    return _Candidates("candidates", cfg, todo, [[zero_shot[prompts[q]["zero_shot"]]] * c for q in todo], params,
+                       {q: keys[q]["candidates"] for q in todo}, method)

@@ -23,6 +23,19 @@ def _state(db):
         con.close()
 
 
+def _is_public_candidate(config, query_id, answer) -> bool:
+    """Whether `answer` is one of the fake backend's candidates for the query: its greedy zero-shot answer, or a
+    sampled one (teachers' answers are greedy answers to other prompts)."""
+    from dpicl.config import load_config
+    from dpicl.inference.base import GenerationParams
+    from dpicl.prompts import zero_shot_prompt
+    from tests.pipeline.fakes import FakeBackend
+
+    query = f"incoming ticket {query_id.removeprefix('q')}"  # as conftest's ingest_tiny writes them
+    greedy = FakeBackend().generate([zero_shot_prompt(load_config(config).task, query)], GenerationParams())[0]
+    return answer == greedy or answer.startswith("candidate ")
+
+
 def test_answers_what_the_budget_pays_for_refuses_the_rest_and_reruns_for_free(pipeline_env):
     config, db = pipeline_env
     result = answer_backlog(config=config, db=db)
@@ -31,7 +44,8 @@ def test_answers_what_the_budget_pays_for_refuses_the_rest_and_reruns_for_free(p
     assert statuses == {"answered": PLANNED, "refused_budget": N_QUERIES - PLANNED}
     assert summary["epsilon_spent"] <= summary["epsilon_limit"]
     assert len(entries) == len(releases) == PLANNED
-    assert all(r["answer"].startswith("candidate") for r in releases), "a release must be a public candidate"
+    assert all(_is_public_candidate(config, r["query_id"], r["answer"]) for r in releases), \
+        "a release must be a public candidate"
     assert sum(r["epsilon_cost"] for r in releases) == pytest.approx(summary["epsilon_spent"], rel=1e-9)
 
     again = answer_backlog(config=config, db=db)
@@ -93,3 +107,27 @@ def test_public_candidates_are_reused_from_the_artifact_cache(pipeline_env, fake
     result = answer_backlog(config=str(second), db=db)
     assert result["answered"] == 2
     assert backend.calls and all(t == 0 for _, t in backend.calls), "candidates were generated again"
+
+
+
+def test_esa_candidates_are_the_greedy_zero_shot_answer_then_the_sampled_ones(pipeline_env, tmp_path):
+    import yaml
+
+    from dpicl.config import load_config
+    from dpicl.inference.teachers import greedy_params
+    from dpicl.methods import get
+    from tests.pipeline.fakes import FakeBackend
+
+    config, _ = pipeline_env
+    cfg, esa, backend = load_config(config), get("esa"), FakeBackend()
+    prompts = ["zero-shot prompt A", "zero-shot prompt B"]
+    groups = esa.sample_candidates(cfg, backend, prompts)
+    assert [len(g) for g in groups] == [cfg.method.candidates + 1] * 2
+    assert [g[0] for g in groups] == backend.generate(prompts, greedy_params(cfg))
+    assert all(c.startswith("candidate ") for g in groups for c in g[1:])  # the fake's sampled answers
+
+    edited = yaml.safe_load(open(config))
+    edited["method"]["greedy_candidate"] = False
+    (tmp_path / "sampled-only.yaml").write_text(yaml.safe_dump(edited))
+    cfg = load_config(str(tmp_path / "sampled-only.yaml"))
+    assert [len(g) for g in esa.sample_candidates(cfg, backend, prompts)] == [cfg.method.candidates] * 2

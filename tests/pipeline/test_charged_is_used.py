@@ -107,7 +107,8 @@ def test_esa_infers_with_the_stored_config_when_the_file_is_edited_mid_run(pipel
     assert {r["details"]["teachers"] for r in releases} == {4}
     backend, _ = fake_models
     greedy_batches = [n for n, temperature in backend.calls if temperature == 0.0]
-    assert greedy_batches and all(n % 4 == 0 for n in greedy_batches)  # 4 teacher prompts per query, not 9
+    # per query 4 teacher prompts (not 9) and the greedy zero-shot candidate
+    assert sum(greedy_batches) == (4 + 1) * PLANNED
 
 
 # ---------------------------------------------------------------------- item 1: dp-fewshot samples at its charge

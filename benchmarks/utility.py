@@ -1,0 +1,170 @@
+"""Is a DP answer worth its budget? Each ensemble method at each ε next to the free baselines (zero-shot, few-shot
+ICL on public data) and the non-private ceiling (4-shot ICL on the private data), as the share of the gap it
+recovers:  gap_recovered = (score − zero_shot) / (non_private − zero_shot).
+
+    .venv/bin/python benchmarks/utility.py [--groups sst2 samsum ...] [--queries 100] [--repetitions 3]
+                                           [--epsilons 1 3 8] [--seed 0] [--plots docs/images] [--json]
+
+A group is configs that share one ensemble (their teachers answer once per repetition; every method aggregates
+those answers, as in `dpicl evaluate`). The baselines use the group's task and model: zero-shot is the greedy
+answer without demonstrations, non-private one greedy prompt with 4 random private demonstrations per query,
+public few-shot the same with public demonstrations (groups with a public dataset only); classification scores
+label votes, calibrated (task.calibrate) for the non-private row. Scores (0–100): accuracy, or ROUGE-L F1.
+Token-level methods (DP few-shot generation, DPS-MOZO, AdaPMixED) are measured by benchmarks/token_level.py.
+With --json the last line is one JSON object with `rows`: {dataset, method, epsilon, metric, score, std,
+zero_shot, non_private, public_few_shot, gap_recovered}; ε = "inf" is the method's aggregation without noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from dpicl.config import load_config
+from dpicl.evaluation import sweep
+from dpicl.inference.teachers import greedy_params, label_votes
+from dpicl.privacy.rng import benchmark_rng, derived_seed
+from dpicl.prompts import render_prompt, zero_shot_prompt
+from dpicl.tasks import context
+
+GROUPS = {
+    "samsum": ["samsum-esa", "samsum-ksa-jem", "samsum-ksa-ptr"],
+    "samsum-public": ["samsum-sga", "samsum-ksa-public"],
+    "sst2": ["sst2-rnm"],
+    "agnews": ["agnews-rnm"],
+    "trec": ["trec-rnm"],
+}
+NONPRIVATE_SHOTS = 4
+
+
+def metric_of(cfg) -> str:
+    return "accuracy" if cfg.task.type == "classification" else "rougeL"
+
+
+def score(cfg, answers: list[str], references: list[str]) -> float:
+    return sweep.score(cfg, answers, references, [metric_of(cfg)])[metric_of(cfg)]
+
+
+def icl_answers(cfg, backend, records, queries: list[str], rng: np.random.Generator, calibrate: bool) -> list[str]:
+    """Greedy answers (or label votes) of one prompt per query with `NONPRIVATE_SHOTS` random demonstrations;
+    no demonstrations when `records` is empty (zero-shot)."""
+    prompts = []
+    for query in queries:
+        shown = rng.choice(len(records), size=min(NONPRIVATE_SHOTS, len(records)), replace=False) if records else []
+        prompts.append(render_prompt(cfg.task, [records[i] for i in shown], query) if records
+                       else zero_shot_prompt(cfg.task, query))
+    if cfg.task.type != "classification":
+        return backend.generate(prompts, greedy_params(cfg), progress=True)
+    task = cfg.task.model_copy(update={"calibrate": calibrate})
+    votes = label_votes(backend, prompts, cfg.model_copy(update={"task": task}), queries)
+    return [cfg.task.labels[v] for v in votes]
+
+
+def measure_group(name: str, args) -> list[dict]:
+    configs = [load_config(c) for c in GROUPS[name]]
+    base = sweep.check_configs(configs)
+    data = sweep.load_benchmark(configs, args.queries)
+    private, public, _, rows = data
+    queries, references = [q for q, _ in rows], [r for _, r in rows]
+    backend = context.backend(base)
+    private_pairs = [(r.input, r.output) for r in private]
+    scores: dict[tuple[str, float], list[float]] = {}
+    baselines: dict[str, list[float]] = {"zero_shot": [], "non_private": [], "public_few_shot": []}
+    for repetition in range(args.repetitions):
+        rng = benchmark_rng(args.seed, name, repetition)
+        started = time.perf_counter()
+        ens = sweep.build_ensemble(configs, data, backend, context.encoder, rng,
+                                   teacher_key=derived_seed(args.seed, name, "teacher-key"),
+                                   progress=lambda stage, r=repetition: print(f"  {name} rep {r}: {stage}", flush=True))
+        baselines["zero_shot"].append(score(base, ens.answers["zero-shot"], references))
+        baselines["non_private"].append(score(base, icl_answers(base, backend, private_pairs, queries, rng,
+                                                                calibrate=True), references))
+        if public:
+            baselines["public_few_shot"].append(score(base, icl_answers(base, backend, public, queries, rng,
+                                                                        calibrate=base.task.calibrate), references))
+        for cfg in configs:
+            for epsilon in [*args.epsilons, sweep.INF]:
+                answers, _ = sweep.method_answers(cfg, ens, epsilon, backend, rng)
+                for suffix, texts in answers.items():
+                    scores.setdefault((cfg.method.name + suffix, epsilon), []).append(score(cfg, texts, references))
+        print(f"  {name} rep {repetition}: {time.perf_counter() - started:.0f} s", flush=True)
+    mean = {k: float(np.mean(v)) if v else None for k, v in baselines.items()}
+    gap = None if mean["non_private"] is None else mean["non_private"] - mean["zero_shot"]
+    return [{"dataset": name, "method": method, "epsilon": "inf" if math.isinf(eps) else eps,
+             "metric": metric_of(base), "score": float(np.mean(v)), "std": float(np.std(v)),
+             **mean, "gap_recovered": (float(np.mean(v)) - mean["zero_shot"]) / gap if gap else None,
+             "queries": len(queries), "repetitions": args.repetitions}
+            for (method, eps), v in scores.items()]
+
+
+def figure(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}"
+
+
+def plot(rows: list[dict], folder: Path) -> list[Path]:
+    """One privacy–utility figure per dataset: each method's score over ε, the baselines as horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for dataset in dict.fromkeys(r["dataset"] for r in rows):
+        mine = [r for r in rows if r["dataset"] == dataset]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for method in dict.fromkeys(r["method"] for r in mine):
+            points = sorted((r["epsilon"], r["score"], r["std"]) for r in mine
+                            if r["method"] == method and r["epsilon"] != "inf")
+            ax.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], marker="o",
+                        capsize=3, label=method)
+        for key, style, label in (("zero_shot", ":", "zero-shot"), ("public_few_shot", "-.", "public few-shot"),
+                                  ("non_private", "--", f"non-private {NONPRIVATE_SHOTS}-shot")):
+            if mine[0][key] is not None:
+                ax.axhline(mine[0][key], linestyle=style, color="grey", label=label)
+        ax.set_xscale("log")
+        ax.set_xlabel("ε (per budget, log scale)")
+        ax.set_ylabel(f"{mine[0]['metric']} (0–100)")
+        ax.set_title(f"{dataset}: {mine[0]['queries']} queries, {mine[0]['repetitions']} repetition(s)")
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        path = folder / f"utility-{dataset}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", nargs="+", choices=sorted(GROUPS), default=["samsum", "samsum-public", "sst2",
+                                                                               "agnews"])
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 3.0, 8.0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plots", type=Path, help="folder for one privacy–utility PNG per dataset")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = [row for name in args.groups for row in measure_group(name, args)]
+    print("| dataset | method | ε | score ± std | zero-shot | public few-shot | non-private | gap recovered |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        gap = "—" if r["gap_recovered"] is None else f"{100 * r['gap_recovered']:.0f} %"
+        print(f"| {r['dataset']} | {r['method']} | {r['epsilon']} | {r['score']:.1f} ± {r['std']:.1f} | "
+              f"{figure(r['zero_shot'])} | {figure(r['public_few_shot'])} | {figure(r['non_private'])} | {gap} |")
+    if args.plots:
+        args.plots.mkdir(parents=True, exist_ok=True)
+        for path in plot(rows, args.plots):
+            print(f"plot: {path}")
+    if args.json:
+        print(json.dumps({"queries": args.queries, "repetitions": args.repetitions, "seed": args.seed,
+                          "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()

@@ -23,7 +23,9 @@ class GenerationParams:
     """How to generate: greedy when `temperature == 0`, else sampling with temperature and nucleus `top_p`.
 
     `stop` strings end an answer (applied after leading whitespace, see `postprocess`); `seed` makes sampling
-    reproducible for the same prompts and batch composition.
+    reproducible for the same prompts and batch composition. `public_prompts`: no prompt of the call holds a
+    private record (zero-shot prompts, public demonstrations), so a batch-invariant backend may still batch them
+    with each other: batch invariance (privacy invariant 10) protects private prompts only.
     """
 
     max_new_tokens: int = 64
@@ -31,6 +33,7 @@ class GenerationParams:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    public_prompts: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):

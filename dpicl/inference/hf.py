@@ -177,14 +177,14 @@ class HFBackend:
         if self.model is None:
             raise RuntimeError("this backend has been closed")
 
-    def _micro_batches(self, ids: list[list[int]]) -> list[list[int]]:
+    def _micro_batches(self, ids: list[list[int]], public: bool = False) -> list[list[int]]:
         """Indices of `ids` in micro-batches.
 
-        Batch invariant: one prompt each, in input order (a shape that depends on that prompt alone). Otherwise
-        at most `batch_size`, longest prompts first: similar lengths share a micro-batch (little padding), and an
-        out-of-memory error shows up at once.
+        Batch invariant (and not `public`, prompts without private records): one prompt each, in input order (a
+        shape that depends on that prompt alone). Otherwise at most `batch_size`, longest prompts first: similar
+        lengths share a micro-batch (little padding), and an out-of-memory error shows up at once.
         """
-        if self.batch_invariant:
+        if self.batch_invariant and not public:
             return [[i] for i in range(len(ids))]
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
         return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
@@ -389,7 +389,7 @@ class HFBackend:
         if not prompts:
             return []
         ids = self._encode(prompts)
-        batches = self._micro_batches(ids)
+        batches = self._micro_batches(ids, params.public_prompts)
         outputs: list[str | None] = [None] * len(ids)
         # A seeded call runs in a forked RNG so the caller's global torch RNG is untouched; an unseeded one
         # must not fork, or every call would restore, and so repeat, the same random stream.

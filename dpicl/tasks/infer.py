@@ -8,7 +8,7 @@ runs.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from prefect import get_run_logger, task
 
@@ -123,7 +123,7 @@ def _public_to_generate(con, cfg: Config, prompts: dict[str, dict[str, str]],
     todo = [q for q in prompts if not has_artifact(con, keys[q]["public_outputs"])]
     texts = get_artifacts(con, [prompts[q]["public_prompts"] for q in todo])
     return _Public("public_outputs", cfg, todo, [texts[prompts[q]["public_prompts"]] for q in todo],
-                   greedy_params(cfg), {q: keys[q]["public_outputs"] for q in todo})
+                   replace(greedy_params(cfg), public_prompts=True), {q: keys[q]["public_outputs"] for q in todo})
 
 
 def candidates_key(cfg: Config, method, zero_shot_key: str) -> str:

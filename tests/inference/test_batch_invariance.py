@@ -190,3 +190,22 @@ def test_the_vllm_backend_refuses_before_loading_anything():
     pytest.importorskip("vllm")
     with pytest.raises(BatchDependenceError, match="batch_invariant"):
         load_backend("vllm", model="smollm2", device="cpu")
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_only_prompts_marked_public_are_batched_together(hf_reference, monkeypatch):
+    """`public_prompts` (zero-shot prompts, public demonstrations: no private record) lets the batch-invariant
+    backend batch them; any other call still runs one prompt per forward pass."""
+    shapes = []
+    real = hf_reference._generate_batch
+    monkeypatch.setattr(hf_reference, "_generate_batch",
+                        lambda ids, params: shapes.append(len(ids)) or real(ids, params))
+    prompts = [SHORT, LIST, MEDIUM]
+    private = hf_reference.generate(prompts, GenerationParams(max_new_tokens=8))
+    assert shapes == [1, 1, 1]
+    shapes.clear()
+    public = hf_reference.generate(prompts, GenerationParams(max_new_tokens=8, public_prompts=True))
+    assert shapes == [3]
+    # in input order (the batch runs longest first): these three give the same greedy tokens batched in float32
+    assert public == private and len(set(private)) == 3

@@ -1,6 +1,6 @@
 """Generation throughput of the `hf` and `vllm` backends side by side, on the demo workload.
 
-The demo workload is what `dpicl demo` asks of the LLM (dpicl/configs/demo.yaml, ESA; prompts built with
+The demo workload is what `dpicl demo` asked of the LLM with ESA (dpicl/configs/demo.yaml; prompts built with
 `dpicl.prompts`), call by call, for `--queries` backlog queries at once (the demo's batch of queries):
 - teachers: `teachers` prompts per query with `shots` private demonstrations each; greedy, the demo's
   `max_new_tokens` and stop;
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from dpicl.config import Config, load_config
 from dpicl.demo.run import data_file
+from dpicl.evaluation.mia.runner import method_config
 from dpicl.inference import load_backend
 from dpicl.inference.base import GenerationParams
 from dpicl.prompts import render_prompt, zero_shot_prompt
@@ -83,7 +84,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each backend")
     parser.add_argument("--repeat", type=int, default=2, help="alternating runs per backend; the best counts")
     args = parser.parse_args()
-    cfg = load_config("demo")
+    demo = load_config("demo")
+    # the workload the demo asked for when it answered with ESA (it uses SGA now): its teachers and candidates
+    cfg = method_config(demo, "esa", teachers=demo.method.teachers, shots=demo.method.shots, candidates=6,
+                        candidate_temperature=0.7, candidate_top_p=0.95)
     workloads = demo_workloads(cfg, args.queries, args.tokens)
     common = dict(model=cfg.model.llm, device="cpu", dtype="float32", threads=args.threads)
     # throughput of batched inference on both sides: the batch-invariant (strict) hf path is slower by design

@@ -30,7 +30,8 @@ def main() -> None:
     parser.add_argument("--nonmembers", type=int, default=40, help="repeat attack: non-member targets")
     parser.add_argument("--teachers", type=int, default=10)
     parser.add_argument("--shots", type=int, default=1)
-    parser.add_argument("--candidates", type=int, help="ESA zero-shot candidates (default: the demo config's)")
+    parser.add_argument("--candidates", type=int,
+                        help="ESA's sampled zero-shot candidates (default: ESA's own default)")
     parser.add_argument("--full-icl", action="store_true", help="also one prompt with all teachers × shots demos")
     parser.add_argument("--truncate", type=float, default=0.5, help="fraction of the target's words queried")
     parser.add_argument("--examples", type=int, default=11, help="probability attack: test records (n; n members, "

@@ -4,7 +4,7 @@
 
 1. starts a Prefect server on 127.0.0.1 (a free port, a throw-away PREFECT_HOME), as `dpicl serve` does;
 2. ingests the bundled demo data into a throw-away DuckDB file, opens the demo budget and runs the demo flow
-   (`answer_backlog`, ESA on the embedded SmolLM2, made lighter: 4 teachers, 3 candidates, 12 queries) in a child
+   (`answer_backlog`, SGA on the embedded SmolLM2, made lighter: 4 teachers, 12 queries) in a child
    process against that server — `--fake-models` uses the test fakes instead (seconds instead of minutes);
 3. opens the flow run's page in headless Chromium (the Debian package, /usr/bin/chromium, driven by the Python
    `playwright` package: no browser download) on its Artifacts tab and saves a full-page PNG;
@@ -57,7 +57,7 @@ def prepare_demo(workdir: Path, queries: int) -> tuple[Path, Path]:
     from dpicl.storage.ledger import open_budget
 
     cfg = yaml.safe_load(resolve_config_path("demo").read_text())
-    cfg["method"].update(teachers=4, candidates=3, planned_queries=max(1, queries - 2))
+    cfg["method"].update(teachers=4, planned_queries=max(1, queries - 2))
     cfg["generation"]["max_new_tokens"] = 16
     cfg["batch_queries"] = 4
     config = workdir / "demo-ui.yaml"
@@ -67,8 +67,11 @@ def prepare_demo(workdir: Path, queries: int) -> tuple[Path, Path]:
     db = workdir / "demo-ui.duckdb"
     con = connect(db)
     try:
+        tickets = FieldMap(id="ticket_id", input="ticket", output="summary")
         ingest_dataset(con, data_file("private_tickets.jsonl"), cfg["private_dataset"], "private", "summarization",
-                       FieldMap(id="ticket_id", input="ticket", output="summary"))
+                       tickets)
+        ingest_dataset(con, data_file("public_tickets.jsonl"), cfg["public_dataset"], "public", "summarization",
+                       tickets)
         ingest_queries(con, backlog, cfg["backlog"], FieldMap(id="query_id", input="ticket", output=None))
         open_budget(con, cfg["private_dataset"], DEMO_EPSILON, DEMO_DELTA)
     finally:

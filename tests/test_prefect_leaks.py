@@ -45,7 +45,7 @@ def test_demo_flow_leaks_no_private_text_to_prefect(tmp_path):
 
     # the demo flow on the demo data, made lighter for the test suite
     cfg = yaml.safe_load(resolve_config_path("demo").read_text())
-    cfg["method"].update(teachers=4, candidates=3, planned_queries=4)
+    cfg["method"].update(teachers=4, planned_queries=4)
     cfg["generation"]["max_new_tokens"] = 16
     cfg["batch_queries"] = 3
     config = tmp_path / "demo-light.yaml"
@@ -54,6 +54,7 @@ def test_demo_flow_leaks_no_private_text_to_prefect(tmp_path):
     con = connect(db)
     tickets = FieldMap(id="ticket_id", input="ticket", output="summary")
     ingest_dataset(con, data_file("private_tickets.jsonl"), cfg["private_dataset"], "private", "summarization", tickets)
+    ingest_dataset(con, data_file("public_tickets.jsonl"), cfg["public_dataset"], "public", "summarization", tickets)
     ingest_queries(con, data_file("backlog.jsonl"), cfg["backlog"], FieldMap(id="query_id", input="ticket", output=None))
     open_budget(con, cfg["private_dataset"], 4.0, 1e-4)
     con.close()

@@ -15,7 +15,7 @@ def demo(
     db: Annotated[Path, typer.Option("--db", help="DuckDB file of the demo (recreated)")] = Path("dpicl-demo.duckdb"),
     as_json: JsonOption = False,
 ) -> None:
-    """Ingest the demo data, open a budget, answer the backlog with ESA on SmolLM2, check the canaries."""
+    """Ingest the demo data, open a budget, answer the backlog on SmolLM2, check the canaries and the quality."""
     from dpicl.demo.run import run_demo
 
     run_demo(db, console=console, as_json=as_json)

@@ -1,14 +1,18 @@
 """`dpicl demo`: the whole product on bundled, fictional data.
 
 Ingests ~300 private support tickets (10 carry planted canaries: unique fake identifiers), a public set and
-a backlog of 24 queries; opens a budget planned for 20 queries; answers the backlog with ESA on SmolLM2 through
-the `answer_backlog` Prefect flow; then compares against the non-private baseline a careless deployment would
-use (each query answered 4-shot from its most similar private tickets) by counting canaries in both.
+a backlog of 24 queries; opens a budget planned for 20 queries; answers the backlog on SmolLM2 through the
+`answer_backlog` Prefect flow with the demo config's method (SGA with the public tickets: it measured best on this
+data); then compares the answers with the free alternatives (the zero-shot answer; 4-shot ICL with the most similar
+public tickets) and with the non-private baseline a careless deployment would use (4-shot ICL with the most
+similar private tickets). It scores them all against the backlog's bundled reference summaries (ROUGE-L) and
+counts the planted canaries in the answers.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -35,34 +39,44 @@ def canary_hits(answers: list[str], planted: list[str]) -> int:
     return sum(any(c in a.lower() for c in lowered) for a in answers)
 
 
-def nonprivate_answers(cfg, con, query_ids: list[str]) -> list[str]:
-    """The leaky baseline: greedy 4-shot ICL with each query's most similar private demonstrations."""
-    from dpicl.inference.base import GenerationParams
-    from dpicl.prompts import render_prompt
-    from dpicl.storage import get_queries, load_records
+def baseline_prompts(cfg, private, public, queries: list[str]) -> dict[str, list[str]]:
+    """The alternatives' prompts: the free ones, zero-shot (no demonstrations) and 4-shot ICL with each query's most
+    similar public tickets, and the leaky non-private baseline, 4-shot ICL with its most similar private ones."""
+    from dpicl.prompts import render_prompt, zero_shot_prompt
     from dpicl.tasks import context
 
-    records = load_records(con, cfg.private_dataset)
-    queries = get_queries(con, cfg.backlog, query_ids)
     encoder = context.encoder(cfg)
-    demo_vectors = encoder.encode([r.input for r in records])
-    query_vectors = encoder.encode([queries[q].input for q in query_ids])
-    nearest = np.argsort(-(query_vectors @ demo_vectors.T), axis=1)[:, :NONPRIVATE_SHOTS]
-    prompts = [
-        render_prompt(cfg.task, [(records[i].input, records[i].output) for i in reversed(row)], queries[q].input)
-        for q, row in zip(query_ids, nearest)
-    ]
-    gen = cfg.generation
-    params = GenerationParams(max_new_tokens=gen.max_new_tokens, stop=tuple(gen.stop))
-    return context.backend(cfg).generate(prompts, params, progress=True)
+    query_vectors = encoder.encode(queries)
+
+    def nearest_shots(records) -> list[str]:
+        nearest = np.argsort(-(query_vectors @ encoder.encode([r.input for r in records]).T), axis=1)
+        return [render_prompt(cfg.task, [(records[i].input, records[i].output) for i in reversed(row)], q)
+                for q, row in zip(queries, nearest[:, :NONPRIVATE_SHOTS])]
+
+    return {"zero-shot": [zero_shot_prompt(cfg.task, q) for q in queries], "public few-shot": nearest_shots(public),
+            "non-private": nearest_shots(private)}
+
+
+def rouge_l(answers: list[str], references: list[str]) -> float:
+    """Mean ROUGE-L F1 (0–100) of `answers` against their references."""
+    from dpicl.metrics import rouge
+
+    return rouge(answers, references)["rougeL"] if answers else float("nan")
+
+
+def shorten(text: str, width: int = 90) -> str:
+    return text if len(text) <= width else text[: width - 1].rsplit(" ", 1)[0] + "…"
 
 
 def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
     from dpicl.config import load_config
     from dpicl.flows.answer_backlog import answer_backlog
+    from dpicl.inference.teachers import greedy_params
+    from dpicl.storage import load_records
     from dpicl.storage.db import connect
     from dpicl.storage.ingest import ingest_source
     from dpicl.storage.ledger import open_budget, stored_releases
+    from dpicl.tasks import context
 
     cfg = load_config("demo")
     for stale in (db, db.with_name(db.name + ".wal")):
@@ -75,29 +89,42 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
     finally:
         con.close()
     console.print(f"[bold]dpicl demo[/]: budget ε={DEMO_EPSILON:g}, δ={DEMO_DELTA:g} on {cfg.private_dataset!r}; "
-                  f"answering {cfg.backlog!r} with ESA ({cfg.method.teachers} teachers × {cfg.method.shots} shots)")
+                  f"answering {cfg.backlog!r} with {cfg.method.name} ({cfg.method.teachers} teachers × "
+                  f"{cfg.method.shots} shots)")
 
     result = answer_backlog(config="demo", db=str(db))
 
     con = connect(db)
     try:
         released = stored_releases(con, cfg.backlog)
-        all_ids = [r[0] for r in con.execute(
-            "SELECT query_id FROM queries WHERE backlog = ? ORDER BY row_no", [cfg.backlog]).fetchall()]
-        console.print(f"non-private baseline: {NONPRIVATE_SHOTS}-shot answers from the most similar private tickets")
-        baseline = nonprivate_answers(cfg, con, all_ids)
+        backlog = con.execute("SELECT query_id, input, reference FROM queries WHERE backlog = ? ORDER BY row_no",
+                              [cfg.backlog]).fetchall()
+        private, public = load_records(con, cfg.private_dataset), load_records(con, cfg.public_dataset)
     finally:
         con.close()
+    console.print(f"the alternatives: zero-shot and {NONPRIVATE_SHOTS}-shot answers from the most similar public "
+                  f"tickets (free), and {NONPRIVATE_SHOTS}-shot answers from the most similar private tickets "
+                  "(non-private: what a careless deployment would release)")
+    prompts = baseline_prompts(cfg, private, public, [text for _, text, _ in backlog])
+    params = greedy_params(cfg)
+    free = {name: context.backend(cfg).generate(p, replace(params, public_prompts=name != "non-private"),
+                                                progress=True)
+            for name, p in prompts.items()}
 
+    tickets = {query_id: text for query_id, text, _ in backlog}
     table = Table(title="released answers (differentially private)")
-    for column in ("query", "ε cost", "answer"):
+    for column in ("query", "ticket", "answer"):
         table.add_column(column)
     for r in released:
-        table.add_row(r["query_id"], f"{r['epsilon_cost']:.4f}", r["answer"])
+        table.add_row(r["query_id"], shorten(tickets[r["query_id"]]), r["answer"])
     console.print(table)
-    console.print("ε cost = how much the query raised the budget's recorded ε (the accountant's upper bound over "
-                  "all releases). The ledger computes that bound ahead for a range of releases (docs/PRIVACY.md, "
-                  "'The composed state'): the release that computes it shows the step, those it covers show 0.")
+
+    # quality on the released queries: each answer against the backlog's bundled reference summary
+    row = {query_id: i for i, (query_id, _, _) in enumerate(backlog)}
+    answered = [row[r["query_id"]] for r in released]
+    references = [backlog[i][2] for i in answered]
+    quality = {"dp": rouge_l([r["answer"] for r in released], references)}
+    quality.update({name: rouge_l([answers[i] for i in answered], references) for name, answers in free.items()})
 
     budget = result["budget"]
     planted = canaries()
@@ -107,10 +134,14 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
         "epsilon_spent": budget["epsilon_spent"],
         "epsilon_limit": budget["epsilon_limit"],
         "delta": budget["delta"],
-        "canary_hits_nonprivate": canary_hits(baseline, planted),
+        "canary_hits_nonprivate": canary_hits(free["non-private"], planted),
         "canary_hits_dp": canary_hits([r["answer"] for r in released], planted),
-        "nonprivate_answers": len(baseline),
+        "nonprivate_answers": len(free["non-private"]),
         "queries_still_payable": budget["queries_still_payable"],
+        "rougeL_dp": quality["dp"],
+        "rougeL_zero_shot": quality["zero-shot"],
+        "rougeL_public_few_shot": quality["public few-shot"],
+        "rougeL_nonprivate": quality["non-private"],
     }
     console.print(
         f"budget: ε spent {summary['epsilon_spent']:.4f} of {summary['epsilon_limit']:g} (δ={summary['delta']:g}); "
@@ -118,8 +149,14 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
     )
     console.print(
         f"canaries ({len(planted)} planted in the private tickets): found in "
-        f"{summary['canary_hits_nonprivate']} of {len(baseline)} non-private answers, "
+        f"{summary['canary_hits_nonprivate']} of {len(backlog)} non-private answers, "
         f"in {summary['canary_hits_dp']} of {len(released)} DP answers"
+    )
+    console.print(
+        f"quality on the {len(released)} answered queries (ROUGE-L F1 against the bundled reference summaries, "
+        f"higher is better): DP answers {quality['dp']:.1f}; free: zero-shot {quality['zero-shot']:.1f}, public "
+        f"{NONPRIVATE_SHOTS}-shot {quality['public few-shot']:.1f}; non-private {NONPRIVATE_SHOTS}-shot "
+        f"{quality['non-private']:.1f}"
     )
     if as_json:
         print(json.dumps(summary))

@@ -254,3 +254,17 @@ def test_evaluate_refuses_bad_sweeps_before_starting_prefect():
     assert mixed.exit_code == 2 and "one ensemble" in " ".join(mixed.output.split())
     metric = runner.invoke(app, ["evaluate", "samsum-esa", "--metric", "rouge-l"])
     assert metric.exit_code == 2 and "rougeL" in metric.output
+
+
+@pytest.mark.parametrize("args", [["-h"], ["budget", "-h"], ["budget", "open", "-h"], ["plan", "-h"]])
+def test_dash_h_is_help_in_every_command(args):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Usage: " in result.output and result.output == runner.invoke(app, [*args[:-1], "--help"]).output
+
+
+def test_version_prints_the_installed_version():
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"dpicl {version('dpicl')}"

@@ -20,11 +20,30 @@ import typer  # noqa: E402
 from dpicl.cli import answer, audit, budget, demo, evaluate, ingest, methods, plan, rerun, serve  # noqa: E402
 from dpicl.cli.errors import OneLineErrors  # noqa: E402
 
-# OneLineErrors runs every command inside the one error handler (dpicl.cli.errors.reported_errors)
-app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False, cls=OneLineErrors)
+# OneLineErrors runs every command inside the one error handler (dpicl.cli.errors.reported_errors); -h as --help
+# in every command (subcommands inherit the context settings)
+app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False, cls=OneLineErrors,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"dpicl {version('dpicl')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print dpicl's version and exit."),
+) -> None:
+    pass
+
 app.add_typer(budget.budget_app, name="budget")
-for command in (ingest.ingest, methods.methods, plan.plan, answer.answer, answer.synthesize, evaluate.evaluate, answer.releases,
-                demo.demo, audit.audit, rerun.rerun, serve.serve):
+for command in (ingest.ingest, methods.methods, plan.plan, answer.answer, answer.synthesize, evaluate.evaluate,
+                answer.releases, demo.demo, audit.audit, rerun.rerun, serve.serve):
     app.command()(command)
 
 __all__ = ["app"]

@@ -48,9 +48,14 @@ def synthesize(
 def releases(backlog: str, db: DbOption = None, as_json: JsonOption = False) -> None:
     """Show a backlog's stored releases (serving them again is free: post-processing)."""
     from dpicl.storage.ledger import stored_releases
+    from dpicl.storage.queries import require_backlog
+
+    def known_releases(con, name):
+        require_backlog(con, name)  # an unknown backlog (a typo) is an error, not an empty table
+        return stored_releases(con, name)
 
     check_names((backlog, "backlog name"))
-    rows = read(db, stored_releases, backlog)
+    rows = read(db, known_releases, backlog)
     if as_json:
         print(json.dumps(rows))
         return

@@ -47,10 +47,17 @@ def get_dataset(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, Any]:
     row = result.fetchone()
     if row is None:
         raise LookupError(f"no dataset named '{name}'; ingest it first: "
-                          f"dpicl ingest dataset <file> --name {name} --kind private|public")
+                          f"dpicl ingest <file> --name {name} --as private|public")
     dataset = dict(zip([column[0] for column in result.description], row))
     dataset["field_map"] = json.loads(dataset["field_map"])
     return dataset
+
+
+def require_backlog(con: duckdb.DuckDBPyConnection, backlog: str) -> None:
+    """LookupError (one `error:` line in the CLI) if no query was ever ingested into `backlog`."""
+    if con.execute("SELECT 1 FROM queries WHERE backlog = ? LIMIT 1", [backlog]).fetchone() is None:
+        raise LookupError(f"no backlog named '{backlog}'; ingest it first: "
+                          f"dpicl ingest <file> --name {backlog} --as queries")
 
 
 def load_records(con: duckdb.DuckDBPyConnection, dataset: str) -> list[Record]:

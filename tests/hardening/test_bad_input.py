@@ -113,6 +113,11 @@ def test_a_config_that_is_not_a_mapping_is_refused_naming_the_file(db, workdir, 
         assert str(config) in line and says in line
 
 
+def test_releases_of_a_backlog_that_was_never_ingested_is_an_error(db):
+    line = assert_refused(["releases", "no-such-backlog", "--db", str(db)], db, "names")
+    assert "no backlog named 'no-such-backlog'" in line and "--as queries" in line
+
+
 # --- generated: names, values, files, configs --------------------------------------------------------------------
 
 def _name_commands(name: str, rows: Path, db: Path) -> list[list[str]]:

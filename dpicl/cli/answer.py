@@ -21,9 +21,14 @@ def answer(
     max_queries: Annotated[Optional[int], typer.Option(help="answer at most this many pending queries")] = None,
 ) -> None:
     """Run the `answer_backlog` flow: answer the backlog's pending queries, each paid from the budget."""
+    from dpicl.config import load_config
+    from dpicl.storage.queries import require_backlog
+
     check_config(config)
     if max_queries is not None and max_queries < 1:
         fail(f"--max-queries must be at least 1 (got {max_queries})")
+    # a backlog never ingested (a typo) fails here, in one line, before Prefect starts: not "answered 0"
+    read(db, require_backlog, load_config(config).backlog)
     from dpicl.flows.answer_backlog import answer_backlog
 
     result = answer_backlog(config=config, db=str(db) if db else None, max_queries=max_queries)

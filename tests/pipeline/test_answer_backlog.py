@@ -131,3 +131,20 @@ def test_esa_candidates_are_the_greedy_zero_shot_answer_then_the_sampled_ones(pi
     (tmp_path / "sampled-only.yaml").write_text(yaml.safe_dump(edited))
     cfg = load_config(str(tmp_path / "sampled-only.yaml"))
     assert [len(g) for g in esa.sample_candidates(cfg, backend, prompts)] == [cfg.method.candidates] * 2
+
+
+def test_the_answer_command_answers_an_ingested_backlog_and_refuses_one_never_ingested(pipeline_env, tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    from dpicl.cli import app
+
+    config, db = pipeline_env
+    done = CliRunner().invoke(app, ["answer", config, "--db", db, "--max-queries", "2"])
+    assert done.exit_code == 0 and "answered 2" in done.output, done.output
+    typo = yaml.safe_load(open(config))
+    typo["backlog"] = "tiny-backlogg"
+    (tmp_path / "typo.yaml").write_text(yaml.safe_dump(typo))
+    refused = CliRunner().invoke(app, ["answer", str(tmp_path / "typo.yaml"), "--db", db])
+    assert refused.exit_code == 2 and "no backlog named 'tiny-backlogg'" in refused.output, refused.output
+    assert "Traceback" not in refused.output and "answered" not in refused.output

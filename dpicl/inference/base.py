@@ -237,10 +237,9 @@ def whole_sentences(text: str) -> str:
     sentence cannot end on ("the", "of", "and", …), and is closed with a period. Never empty if `text` is not.
     """
     text = text.strip()
-    ends = [m.end() for m in _SENTENCE_END.finditer(text)]
-    if ends and ends[-1] == len(text):
+    if _ends_sentence(text):
         return text
-    ends = [end for end in ends if len(text[:end].split()) >= MIN_SENTENCE_WORDS]
+    ends = [m.end() for m in _SENTENCE_END.finditer(text) if len(text[: m.end()].split()) >= MIN_SENTENCE_WORDS]
     if ends:
         return text[: ends[-1]]
     fragment = _LAST_WORD.sub("", text)
@@ -249,7 +248,11 @@ def whole_sentences(text: str) -> str:
     fragment = fragment.rstrip(",;:-\u2013\u2014 ")
     if not fragment:
         return text
-    return fragment if _SENTENCE_END.search(fragment + " ", len(fragment) - 2) else f"{fragment}."
+    return fragment if _ends_sentence(fragment) else f"{fragment}."
+
+
+def _ends_sentence(text: str) -> bool:
+    return any(m.end() == len(text) for m in _SENTENCE_END.finditer(text))
 
 
 def has_stop(text: str, stop: Sequence[str]) -> bool:

@@ -25,13 +25,25 @@ def zero_shot_prompt(task: TaskConfig, query: str) -> str:
     return render_prompt(task, (), query)
 
 
-def keyword_prompt(task: TaskConfig, keyword_template: str, query: str, keywords: Sequence[str],
+def keyword_prompt(task: TaskConfig, keyword_template: str | None, query: str, keywords: Sequence[str],
                    example: str = "") -> str:
     """KSA's reconstruction prompt (paper 001 App D.2.2): the zero-shot prompt with the DP keywords as hints;
-    with public data (paper 004 App H.3) also a public one-shot ``example``."""
+    with public data (paper 004 App H.3) also a public one-shot ``example``. Without a ``keyword_template``, the
+    task's own query prompt with a "Keywords:" line before its answer cue (its last line): papers 001/004's
+    "Output with the following word suggestions …" templates derail small models (docs/BENCHMARKS.md)."""
     parts = [task.instruction] if task.instruction else []
+    if keyword_template is None:
+        keyword_template = task_keyword_template(task, with_example=bool(example))
     parts.append(keyword_template.format(input=query, keywords=", ".join(keywords), example=example))
     return task.separator.join(parts)
+
+
+def task_keyword_template(task: TaskConfig, with_example: bool = False) -> str:
+    """The task's query template with "Keywords: {keywords}" on a line before its last line (the answer cue, e.g.
+    "Summary:"); first, for a one-line template; after a public one-shot ``{example}`` when asked."""
+    head, newline, cue = task.query_template.rpartition("\n")
+    body = f"{head}\nKeywords: {{keywords}}\n{cue}" if newline else f"Keywords: {{keywords}}\n{cue}"
+    return f"{{example}}{task.separator}{body}" if with_example else body
 
 
 def selection_prompt(task: TaskConfig, selection_template: str, query: str, candidates: Sequence[str],

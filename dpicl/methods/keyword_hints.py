@@ -13,13 +13,14 @@ from dpicl.prompts import keyword_prompt
 class KeywordSettings(EnsembleSettings):
     """KSA (paper 001 §3.2.2): teachers' outputs → private keywords → the LLM answers with them as hints."""
 
-    # the query prompt with keyword hints; {input} is the query, {keywords} the released keywords, ", "-joined
-    keyword_template: str
+    # the query prompt with keyword hints; {input} is the query, {keywords} the released keywords, ", "-joined;
+    # None: the task's own query prompt with a "Keywords:" line before its answer cue (`prompts.keyword_prompt`)
+    keyword_template: str | None
 
     @field_validator("keyword_template")
     @classmethod
-    def _keyword_fields(cls, v: str) -> str:
-        if "{input}" not in v or "{keywords}" not in v:
+    def _keyword_fields(cls, v: str | None) -> str | None:
+        if v is not None and ("{input}" not in v or "{keywords}" not in v):
             raise ValueError("keyword_template must contain {input} and {keywords}")
         return v
 

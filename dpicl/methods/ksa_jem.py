@@ -21,8 +21,8 @@ class KSAJointEMSettings(KeywordSettings):
 
     name: Literal["ksa-jem"] = "ksa-jem"
     k: int = Field(10, ge=1)
-    keyword_template: str = ("Input:\n{input}\nOutput with the following word suggestions ranked by their "
-                             "frequency from high to low: [{keywords}]\nOutput:")
+    # default: the task's own query prompt with a "Keywords:" line (`prompts.keyword_prompt`)
+    keyword_template: str | None = None
 
 
 class JointEMPlan(Plan):

@@ -25,7 +25,8 @@ class KSAPTRSettings(KeywordSettings):
     delta0_fraction: float = Field(0.5, gt=0, lt=1)
     # per-query FindBestK ε; default: calibrated so that the FindBestK part alone would use half the budget
     em_epsilon: float | None = Field(None, gt=0)
-    keyword_template: str = "Input:\n{input}\nOutput with the following word suggestions: [{keywords}]\nOutput:"
+    # default: the task's own query prompt with a "Keywords:" line (`prompts.keyword_prompt`)
+    keyword_template: str | None = None
 
 
 class PTRPlan(Plan):

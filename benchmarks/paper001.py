@@ -4,7 +4,7 @@ zero-shot and non-private few-shot, with the time spent per stage.
     .venv/bin/python benchmarks/paper001.py samsum [--queries 100]     # ESA, KSA joint-EM, KSA-PTR; ROUGE
     .venv/bin/python benchmarks/paper001.py sst2|agnews|trec           # RNM-Gaussian; accuracy
 
-Settings come from the bundled configs (`dpicl/configs/<task>-<method>.yaml`); data from ../shared/data.
+Settings come from the bundled configs (`dpicl/configs/<task>-<method>.yaml`); data from $DPICL_DATA (README, "Benchmark data").
 As in the paper, every query's teachers answer once and each mechanism aggregates those same answers at
 every ε (the budget is planned for the number of queries, δ from the paper). Non-private rows: "few-shot" is
 the mean metric of the individual teachers' answers (001's "4-shot over all teachers"), "zero-shot" the greedy

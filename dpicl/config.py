@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from dpicl import methods
+from dpicl.data_paths import data_path
 from dpicl.methods.base import MethodSettings
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -252,7 +253,7 @@ class Config(_Strict):
     # synthesize_demos: where the DP synthetic demonstrations go (a new public dataset) and, for open-form
     # tasks, the public dataset whose inputs they answer (default: public_dataset)
     synthetic: SyntheticConfig | None = None
-    # files `dpicl ingest --config` registers (optional)
+    # files `dpicl ingest CONFIG` registers (optional)
     data: list[DataSource] = []
 
     @model_validator(mode="before")
@@ -319,10 +320,10 @@ def load_config(name_or_path: str | Path) -> Config:
             raise ConfigError(f"{path}: data must be a list of files to ingest")
         for source in raw.get("data") or []:
             if isinstance(source, dict) and isinstance(source.get("path"), str):
-                source["path"] = str((path.parent / source["path"]).resolve())
+                source["path"] = data_path(source["path"], path.parent)
         return Config.model_validate(raw)
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        problems = "; ".join(_problem(e) for e in err.errors())
         raise ConfigError(f"{path}: {problems}") from None
     except yaml.YAMLError as err:
         # the problem and its position only: the library's message quotes the offending lines
@@ -334,6 +335,13 @@ def load_config(name_or_path: str | Path) -> Config:
         raise ConfigError(f"{path}: is not UTF-8 text; save the config as UTF-8") from None
     except (OSError, RecursionError) as err:  # unreadable, or nested too deep to parse
         raise ConfigError(f"{path}: cannot be read ({type(err).__name__})") from None
+
+
+def _problem(error: dict) -> str:
+    """One validation error as `where: what` (no `where` for the config as a whole, no pydantic prefix)."""
+    message = error["msg"].removeprefix("Value error, ")
+    where = ".".join(map(str, error["loc"]))
+    return f"{where}: {message}" if where else message
 
 
 def _yaml_kind(value: object) -> str:

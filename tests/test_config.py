@@ -1,4 +1,4 @@
-"""Config validation and the bundled configs (their benchmark data is read from ../shared/data when present)."""
+"""Config validation and the bundled configs (their benchmark data is read from $DPICL_DATA when present)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_bundled_benchmark_configs_ingest_the_shared_data(name, tmp_path):
 
     cfg = load_config(name)
     if not all(Path(s.path).is_file() for s in cfg.data):
-        pytest.skip(f"benchmark data for {name} is not present (../shared/data)")
+        pytest.skip(f"benchmark data for {name} is not present ($DPICL_DATA)")
     con = connect(tmp_path / "c.duckdb")
     reports = [ingest_source(con, source) for source in cfg.data]
     assert all(r.rows_added > 100 for r in reports)
@@ -74,3 +74,40 @@ def test_a_run_config_with_a_fixed_seed_is_refused_whatever_the_environment(tmp_
         load_config(path)
     path.write_text("name: s\nprivate_dataset: p\nbacklog: b\nseed: null\n")  # as runs stored it before
     assert load_config(path).name == "s"
+
+
+def test_a_copied_demo_config_reads_the_same_files(tmp_path):
+    copy = tmp_path / "elsewhere" / "my-demo.yaml"
+    copy.parent.mkdir()
+    copy.write_text((CONFIG_DIR / "demo.yaml").read_text())
+    paths = [s.path for s in load_config(copy).data]
+    assert paths == [s.path for s in load_config("demo").data]
+    assert all(Path(p).is_file() for p in paths)
+
+
+def test_data_paths_expand_variables_and_home_and_are_relative_to_the_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("MY_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("NOT_SET_HERE", raising=False)
+    config = tmp_path / "configs" / "c.yaml"
+    config.parent.mkdir()
+    sources = [("a", "$MY_DATA/a.jsonl"), ("b", "~/b.jsonl"), ("c", "../c.jsonl"), ("d", "$NOT_SET_HERE/d.jsonl")]
+    config.write_text("name: x\nprivate_dataset: a\nbacklog: q\ndata:\n" + "".join(
+        f"  - {{name: {name}, kind: private, path: {path}, fields: {{id: id, input: text, output: out}}}}\n"
+        for name, path in sources))
+    assert [s.path for s in load_config(config).data] == [
+        str(tmp_path / "data" / "a.jsonl"), str(tmp_path / "home" / "b.jsonl"), str(tmp_path / "c.jsonl"),
+        "$NOT_SET_HERE/d.jsonl"]  # loads (plan, answer need no data files); ingesting it names the variable
+
+
+def test_ingesting_a_path_whose_variable_is_not_set_names_the_variable(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from dpicl.cli import app
+
+    monkeypatch.delenv("DPICL_DATA", raising=False)
+    db = tmp_path / "d.duckdb"
+    result = CliRunner().invoke(app, ["ingest", "--config", "sst2-rnm", "--db", str(db)])
+    [line] = result.output.strip().splitlines()
+    assert result.exit_code == 2 and "$DPICL_DATA, which is not set" in line, result.output
+    assert not db.exists()  # a refused first ingest leaves no database

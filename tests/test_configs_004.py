@@ -1,5 +1,5 @@
 """The paper 004 (public-data DP-ICL) configs: they load, and their `subset` splits of one file are disjoint
-(the data is read from ../shared/data when present, as in tests/test_config.py)."""
+(the data is read from $DPICL_DATA when present, as in tests/test_config.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _ingest_all(name: str, tmp_path: Path):
 
     cfg = load_config(name)
     if not all(Path(s.path).is_file() for s in cfg.data):
-        pytest.skip(f"benchmark data for {name} is not present (../shared/data)")
+        pytest.skip(f"benchmark data for {name} is not present ($DPICL_DATA)")
     con = connect(tmp_path / "c.duckdb")
     reports = {s.name: ingest_source(con, s) for s in cfg.data}
     return cfg, con, reports

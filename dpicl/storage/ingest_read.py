@@ -16,6 +16,7 @@ from pathlib import Path
 
 import duckdb
 
+from dpicl.data_paths import unset_variables
 from dpicl.storage.ingest_options import FORMAT_NAMES, FORMATS, IngestError, ReadOptions
 
 
@@ -49,6 +50,10 @@ class SourceFile:
         if not isinstance(options, ReadOptions):  # a bare format, as before the read options
             options = ReadOptions(options, None, True, None)
         if not path.is_file():
+            unset = unset_variables(str(path))
+            if unset:
+                raise IngestError(path, f"the path names ${unset[0]}, which is not set; set it to the folder that "
+                                        "holds the data (README, 'Benchmark data')")
             raise IngestError(path, "file not found; check the path")
         fmt = options.format or FORMATS.get(path.suffix.lower())
         if fmt not in FORMAT_NAMES:

@@ -3,6 +3,7 @@ all-or-nothing transactions, replace and append semantics."""
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import duckdb
@@ -565,7 +566,7 @@ def test_read_option_errors_are_precise_and_never_quote_the_file(con, tmp_path, 
 
 # ---------------------------------------------------------------- the real benchmark files (read-only)
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+DATA = Path(os.environ["DPICL_DATA"])  # tests/conftest.py
 AGNEWS_LABELS = {"0": "World", "1": "Sports", "2": "Business", "3": "Technology"}
 TREC_LABELS = {"ABBR": "Abbreviation", "DESC": "Description", "ENTY": "Entity", "HUM": "Person",
                "LOC": "Location", "NUM": "Number"}
@@ -573,7 +574,7 @@ TREC_LABELS = {"ABBR": "Abbreviation", "DESC": "Description", "ENTY": "Entity", 
 
 def test_real_benchmark_files(con):  # about 1 s
     if not DATA.is_dir():
-        pytest.skip(f"benchmark data not found at {DATA.resolve()} (shared/data beside the project)")
+        pytest.skip(f"benchmark data not found at {DATA} ($DPICL_DATA)")
     label_fields = FieldMap(input="text", output="label")
     cases = [
         ("sst2", DATA / "sst2" / "stsa.binary.train", label_fields,

@@ -17,7 +17,7 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 import typer  # noqa: E402
 
-from dpicl.cli import answer, audit, budget, demo, evaluate, ingest, methods, plan, rerun, serve  # noqa: E402
+from dpicl.cli import answer, audit, budget, demo, errors, evaluate, ingest, methods, plan, rerun, serve  # noqa: E402
 from dpicl.cli.errors import OneLineErrors  # noqa: E402
 
 # OneLineErrors runs every command inside the one error handler (dpicl.cli.errors.reported_errors); -h as --help
@@ -38,8 +38,9 @@ def _print_version(value: bool) -> None:
 def _options(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                  help="Print dpicl's version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="Show the full traceback of an error, not one line."),
 ) -> None:
-    pass
+    errors.show_tracebacks = debug
 
 app.add_typer(budget.budget_app, name="budget")
 for command in (ingest.ingest, methods.methods, plan.plan, answer.answer, answer.synthesize, evaluate.evaluate,

@@ -21,14 +21,17 @@ def answer(
     max_queries: Annotated[Optional[int], typer.Option(help="answer at most this many pending queries")] = None,
 ) -> None:
     """Run the `answer_backlog` flow: answer the backlog's pending queries, each paid from the budget."""
-    from dpicl.config import load_config
-    from dpicl.storage.queries import require_backlog
+    from dpicl.preflight import check_answer, nothing_pending
 
-    check_config(config)
+    cfg = check_config(config)
     if max_queries is not None and max_queries < 1:
         fail(f"--max-queries must be at least 1 (got {max_queries})")
-    # a backlog never ingested (a typo) fails here, in one line, before Prefect starts: not "answered 0"
-    read(db, require_backlog, load_config(config).backlog)
+
+    # one `error:` line for what the run would fail on, before Prefect starts
+    claimable, idle = read(db, lambda con: (check_answer(con, cfg), nothing_pending(con, cfg.backlog)))
+    if not claimable:  # nothing to do: said in one line, no flow run
+        console.print(idle, soft_wrap=True)
+        return
     from dpicl.flows.answer_backlog import answer_backlog
 
     result = answer_backlog(config=config, db=str(db) if db else None, max_queries=max_queries)
@@ -41,7 +44,9 @@ def synthesize(
     db: DbOption = None,
 ) -> None:
     """Run the `synthesize_demos` flow: DP synthetic demonstrations as a public dataset, for one ledger charge."""
-    check_config(config)
+    from dpicl.preflight import check_synthesis
+
+    read(db, check_synthesis, check_config(config))
     from dpicl.flows.synthesize_demos import synthesize_demos
 
     result = synthesize_demos(config=config, db=str(db) if db else None)
@@ -52,7 +57,7 @@ def synthesize(
 
 def releases(backlog: str, db: DbOption = None, as_json: JsonOption = False) -> None:
     """Show a backlog's stored releases (serving them again is free: post-processing)."""
-    from dpicl.storage.ledger import stored_releases
+    from dpicl.storage.ledger import SHARE_EXPLAINED, stored_releases
     from dpicl.storage.queries import require_backlog
 
     def known_releases(con, name):
@@ -64,9 +69,9 @@ def releases(backlog: str, db: DbOption = None, as_json: JsonOption = False) -> 
     if as_json:
         print(json.dumps(rows))
         return
-    table = Table(title=f"releases of {backlog!r}")
-    for column in ("query", "ε cost", "answer"):
+    table = Table(title=f"releases of {backlog!r}", caption=SHARE_EXPLAINED)
+    for column in ("query", "share of budget", "answer"):
         table.add_column(column)
     for r in rows:
-        table.add_row(r["query_id"], f"{r['epsilon_cost']:.4f}", r["answer"])
+        table.add_row(r["query_id"], f"{r['budget_share']:.2%}", r["answer"])
     console.print(table)

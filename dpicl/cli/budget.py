@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
 from dpicl.cli.common import DbOption, JsonOption, check_names, read, writing
-from dpicl.cli.console import console
+from dpicl.cli.console import console, err_console
 from dpicl.cli.errors import fail
 
 budget_app = typer.Typer(help="Open and inspect privacy budgets.", no_args_is_help=True)
@@ -40,12 +41,30 @@ def budget_open(
 
 
 @budget_app.command("show")
-def budget_show(dataset: str, db: DbOption = None, as_json: JsonOption = False) -> None:
-    """Limit, spent and remaining ε of a dataset's budget (a sound bound over every ledger entry)."""
-    from dpicl.storage.ledger import budget_summary
+def budget_show(
+    dataset: str,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    plot: Annotated[Optional[Path], typer.Option(help="also write a PNG of ε spent over time to this file")] = None,
+) -> None:
+    """Limit, spent and remaining ε of a dataset's budget (a sound bound over every ledger entry), and how many
+    more queries it pays for at the latest run's plan."""
+    from dpicl.storage.ledger import budget_report, spend_history
+    from dpicl.storage.runs import latest_plan_event
 
     check_names((dataset, "dataset name"))
-    summary = read(db, budget_summary, dataset)
+    if plot is not None and (plot.suffix.lower() != ".png" or not plot.parent.is_dir()):
+        fail(f"--plot {str(plot)!r}: give a .png file in an existing folder")
+
+    def report(con):
+        return budget_report(con, dataset, latest_plan_event(con, dataset)), spend_history(con, dataset)
+
+    summary, history = read(db, report)
+    if plot is not None:
+        from dpicl.spend_plot import write_spend_plot
+
+        write_spend_plot(plot, dataset, history, summary["epsilon_limit"])
+        err_console.print(f"wrote {plot}")
     if as_json:
         print(json.dumps(summary))
         return
@@ -77,13 +96,19 @@ def budget_verify(dataset: str, db: DbOption = None, as_json: JsonOption = False
 def print_budget(summary: dict) -> None:
     """A budget's summary (`dpicl.storage.ledger.budget_summary`) as a table (also after `dpicl answer`)."""
     table = Table(title=f"privacy budget of {summary['dataset']!r}")
-    for column in ("limit ε", "spent ε", "remaining ε", "δ", "ledger entries", "releases"):
+    payable = summary.get("queries_still_payable")
+    for column in ("spent ε / limit", "remaining ε", "δ", "entries", "releases", "payable queries"):
         table.add_column(column, justify="right")
+    share = summary["epsilon_spent"] / summary["epsilon_limit"]
     table.add_row(
-        f"{summary['epsilon_limit']:g}", f"{summary['epsilon_spent']:.4f}", f"{summary['epsilon_remaining']:.4f}",
-        f"{summary['delta']:g}", str(summary["ledger_entries"]), str(summary["releases"]),
+        f"{summary['epsilon_spent']:.3g} / {summary['epsilon_limit']:g} ({share:.0%})",
+        f"{summary['epsilon_remaining']:.3g}", f"{summary['delta']:g}", str(summary["ledger_entries"]),
+        str(summary["releases"]), "no plan yet" if payable is None else str(payable),
     )
     console.print(table)
+    if payable is not None:
+        console.print("payable queries: how many more queries the budget pays for at the latest run's plan "
+                      "(method, teachers, noise); entries: ledger entries, each paid before its draw")
     unproven = summary.get("unproven_entries", 0)
     if unproven:
         console.print(f"{unproven} of the {summary['ledger_entries']} ledger entries rest on an unproven guarantee "

@@ -66,11 +66,12 @@ def writing(db: str | Path | None) -> Iterator:
     con.close()
 
 
-def check_config(config: str) -> None:
-    """A config that cannot be read fails (ConfigError: one `error:` line) before a flow (and Prefect) starts."""
+def check_config(config: str):
+    """The config; one that cannot be read fails (ConfigError: one `error:` line) before a flow (and Prefect)
+    starts."""
     from dpicl.config import load_config
 
-    load_config(config)
+    return load_config(config)
 
 
 def check_names(*names: tuple[str | None, str]) -> None:

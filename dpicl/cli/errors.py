@@ -51,6 +51,10 @@ def _expected() -> tuple[type[BaseException], ...]:
     return ValueError, LookupError, FileNotFoundError, DatabaseLockedError, SchemaVersionError, ServeError
 
 
+# `dpicl --debug`: expected exceptions keep their traceback too (for a bug report)
+show_tracebacks = False
+
+
 @contextmanager
 def reported_errors() -> Iterator[None]:
     """Run a command: an expected exception (`_expected`) becomes one `error:` line and exit code 2. KeyError and
@@ -60,6 +64,8 @@ def reported_errors() -> Iterator[None]:
     except (KeyError, IndexError):
         raise
     except _expected() as err:
+        if show_tracebacks:
+            raise
         fail(str(err))
 
 
@@ -76,4 +82,4 @@ class OneLineErrors(TyperGroup):
             raise  # `dpicl budget` alone shows the help
         except _click_errors.UsageError as err:
             where = f" (see `{err.ctx.command_path} --help`)" if err.ctx is not None else ""
-            fail(err.format_message() + where, code=err.exit_code)
+            fail(err.format_message().replace("Value error, ", "") + where, code=err.exit_code)

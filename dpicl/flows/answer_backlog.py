@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import re
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from dpicl import methods
 from dpicl.config import resolve_config_path
 from dpicl.flows.claims import claims_kept
 from dpicl.flows.locking import database_writer
+from dpicl.preflight import check_answer, nothing_pending
 from dpicl.storage.db import default_db_path
+from dpicl.storage.ledger import budget_report
 from dpicl.storage.queries import claim_pending, claimable_count
-from dpicl.storage.runs import mark_crashed_runs
+from dpicl.storage.runs import latest_plan_event, mark_crashed_runs
 from dpicl.tasks import context
 from dpicl.tasks.aggregate import aggregate
 from dpicl.tasks.decode import decode
@@ -44,10 +46,13 @@ def answer_backlog(config: str = "demo", db: str | None = None, max_queries: int
     config_path = str(resolve_config_path(config))
     db_path = str(db or default_db_path())
     cfg = context.config(config_path)
-    if methods.get(cfg.method.name).kind == "synthesis":
-        raise ValueError(f"method {cfg.method.name} does not answer queries: it writes DP synthetic demonstrations "
-                         "(`dpicl synthesize CONFIG`); answer with them by a config whose method is synthetic-icl")
     with database_writer(db_path):
+        with context.database(db_path) as con:
+            claimable = check_answer(con, cfg)  # what the run needs, before any work (dpicl.preflight)
+            if not claimable:  # a scheduled run on a drained backlog: one line, no run opened
+                get_run_logger().info(nothing_pending(con, cfg.backlog))
+                return {"run_id": None, "answered": 0, "refused_budget": 0, "pending": 0,
+                        "budget": budget_report(con, cfg.private_dataset, latest_plan_event(con, cfg.private_dataset))}
         return _drain(config_path, db_path, max_queries)
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import duckdb
 
 from dpicl.privacy.accounting.composed import (
+    composed_events,
     count_events,
     full_epsilon,
     incremental_epsilon,
@@ -86,8 +87,15 @@ def get_budget(con: duckdb.DuckDBPyConnection, dataset: str) -> Budget | None:
     return Budget(*row) if row else None
 
 
+class UnknownDatasetError(BudgetError, LookupError):
+    """A budget asked for by the name of a dataset that was never ingested (a typo, most likely)."""
+
+
 def require_budget(con: duckdb.DuckDBPyConnection, dataset: str) -> Budget:
     budget = get_budget(con, dataset)
+    if budget is None and con.execute("SELECT 1 FROM datasets WHERE name = ?", [dataset]).fetchone() is None:
+        raise UnknownDatasetError(f"no dataset named {dataset!r}; ingest it first: "
+                                  f"dpicl ingest <file> --name {dataset} --as private")
     if budget is None:
         raise BudgetError(
             f"dataset {dataset!r} has no privacy budget: open one with "
@@ -262,20 +270,28 @@ def record_release(
         )
 
 
-_RELEASES = """SELECT r.query_id, r.answer, r.mechanism, r.details, l.epsilon_after - l.epsilon_before, r.entry_id
-    FROM releases r JOIN ledger l ON l.entry_id = r.entry_id
+# what a release's `budget_share` means, wherever it is shown (`dpicl releases`, the run's Prefect table)
+SHARE_EXPLAINED = ("share of budget: how much each release raised the dataset's spent ε, as a share of its limit. "
+                   "Composition makes the first releases cost most and later ones less (the bound grows roughly like "
+                   "the square root of the count), so equal queries show different shares by their order; the shares "
+                   "add up to the spent share.")
+
+_RELEASES = """SELECT r.query_id, r.answer, r.mechanism, r.details, l.epsilon_after - l.epsilon_before, r.entry_id,
+    b.epsilon FROM releases r JOIN ledger l ON l.entry_id = r.entry_id JOIN budgets b ON b.dataset = l.dataset
     JOIN queries q ON q.backlog = r.backlog AND q.query_id = r.query_id
     WHERE r.backlog = ? {where} ORDER BY q.row_no"""
 
 
 def _release_row(row: tuple) -> dict[str, Any]:
-    query_id, answer, mechanism, details, cost, entry_id = row
+    query_id, answer, mechanism, details, cost, entry_id, limit = row
     return {
         "query_id": query_id,
         "answer": answer,
         "mechanism": mechanism,
         "details": json.loads(details),
+        # how much the release raised the dataset's composed ε bound (order-dependent: see `dpicl releases`)
         "epsilon_cost": cost,
+        "budget_share": cost / limit,
         "entry_id": entry_id,
     }
 
@@ -306,6 +322,14 @@ def _rests_on_unproven_claim(event_json: str) -> bool:
     return event.get("guarantee", default) != "proven"
 
 
+def spend_history(con: duckdb.DuckDBPyConnection, dataset: str) -> list[tuple[Any, float]]:
+    """(time, spent ε after it) for every ledger entry of `dataset`, oldest first (the bound recorded by each
+    reservation: public numbers)."""
+    require_budget(con, dataset)
+    return [(t, float(eps)) for t, eps in con.execute(
+        "SELECT created_at, epsilon_after FROM ledger WHERE dataset = ? ORDER BY entry_id", [dataset]).fetchall()]
+
+
 def budget_summary(con: duckdb.DuckDBPyConnection, dataset: str) -> dict[str, Any]:
     """Limit, spent and remaining ε of a dataset's budget (spent: what the last reservation recorded, a sound bound
     over every entry); also how many entries rest on an unproven guarantee (``unproven_entries``: DPS-MOZO with
@@ -330,6 +354,19 @@ def budget_summary(con: duckdb.DuckDBPyConnection, dataset: str) -> dict[str, An
         # charged on a published but unproven bound (paper 000's claim for DPS-MOZO with shots > 1, opted into)
         "unproven_entries": sum(n for e, n in counts.items() if _rests_on_unproven_claim(e)),
     }
+
+
+def budget_report(con: duckdb.DuckDBPyConnection, dataset: str, event_json: str | None) -> dict:
+    """`budget_summary`, with `queries_still_payable`: how many more queries of the plan whose per-query event is
+    `event_json` the budget pays for (None without a plan)."""
+    from dpicl.privacy.accounting import max_additional
+    from dpicl.privacy.accounting.events import event_from_json
+
+    summary = budget_summary(con, dataset)
+    summary["queries_still_payable"] = None if event_json is None else max_additional(
+        composed_events(budget_state(con, dataset)), event_from_json(event_json), summary["epsilon_limit"],
+        summary["delta"])
+    return summary
 
 
 def verify_budget(con: duckdb.DuckDBPyConnection, dataset: str) -> dict[str, Any]:

@@ -70,6 +70,14 @@ def stored_plan(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict[str, 
     return stored["plan"], stored["event_json"]
 
 
+def latest_plan_event(con: duckdb.DuckDBPyConnection, dataset: str) -> str | None:
+    """The per-query event of the latest run on `dataset` that stored a plan (the current plan), or None."""
+    row = con.execute(
+        "SELECT a.payload FROM runs r JOIN artifacts a ON a.run_id = r.run_id AND a.stage = 'run_plan' "
+        "WHERE r.dataset = ? ORDER BY r.started_at DESC, r.run_id LIMIT 1", [dataset]).fetchone()
+    return None if row is None else json.loads(bytes(row[0]).decode("utf-8"))["event_json"]
+
+
 def _plan_key(run_id: str) -> str:
     return hashlib.sha256(f"run_plan:{run_id}".encode()).hexdigest()
 

@@ -8,16 +8,28 @@ import re
 import uuid
 
 from prefect import get_run_logger, runtime, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import (
+    create_image_artifact,
+    create_markdown_artifact,
+    create_table_artifact,
+)
 
 from dpicl import methods
 from dpicl.config import Config
 from dpicl.methods.base import Budget, Facts, Plan
-from dpicl.privacy.accounting import choose_accountant, max_additional
+from dpicl.planning import for_people
+from dpicl.privacy.accounting import choose_accountant
 from dpicl.privacy.accounting.composed import composed_events
-from dpicl.privacy.accounting.events import event_from_json
+from dpicl.spend_plot import spend_data_url
 from dpicl.storage import get_dataset
-from dpicl.storage.ledger import budget_state, budget_summary, require_budget
+from dpicl.storage.ledger import (
+    SHARE_EXPLAINED,
+    budget_report,
+    budget_state,
+    require_budget,
+    spend_history,
+)
+from dpicl.storage.ledger import Budget as OpenBudget
 from dpicl.storage.runs import create_run, finish_run, store_plan
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
@@ -37,16 +49,22 @@ def per_query_plan(con, cfg: Config) -> tuple[Plan, str]:
     return plan, plan.event().to_json()
 
 
+def checked_plan(con, cfg: Config) -> tuple[OpenBudget, Plan, str]:
+    """The dataset's open budget, `per_query_plan`, and its event; fails when no accountant can compose the event
+    with what the budget already holds (before anything runs; also the pre-flight's check, dpicl.preflight)."""
+    budget = require_budget(con, cfg.private_dataset)
+    plan, event_json = per_query_plan(con, cfg)
+    choose_accountant(composed_events({**budget_state(con, cfg.private_dataset), event_json: 1}))
+    return budget, plan, event_json
+
+
 @task(name="open-run", **STAGE)
 def open_run(config_path: str, db_path: str) -> dict:
     """Returns the run id, the data-independent per-query plan (noise, ε per query, …) and its privacy event."""
     cfg = context.config(config_path)
     method = cfg.method
     with context.database(db_path) as con:
-        budget = require_budget(con, cfg.private_dataset)
-        plan, event_json = per_query_plan(con, cfg)
-        # fails now, before anything runs, when no accountant can compose it with what the budget already holds
-        choose_accountant(composed_events({**budget_state(con, cfg.private_dataset), event_json: 1}))
+        budget, plan, event_json = checked_plan(con, cfg)
         run_id = uuid.uuid4().hex
         flow_run_id = runtime.flow_run.id
         numbers = plan.numbers()
@@ -55,7 +73,7 @@ def open_run(config_path: str, db_path: str) -> dict:
                    str(flow_run_id) if flow_run_id else None)
         store_plan(con, run_id, cfg.backlog, numbers, event_json)
     get_run_logger().info("run %s: %s per query, planned for %d queries at ε=%g, δ=%g: %s", run_id, method.name,
-                          plan.queries, budget.epsilon, budget.delta, numbers)
+                          plan.queries, budget.epsilon, budget.delta, for_people(numbers))
     return {"run_id": run_id, "method": method.name, "batch_queries": cfg.batch_queries, "backlog": cfg.backlog}
 
 
@@ -70,21 +88,20 @@ def publish(db_path: str, run_id: str, query_ids: list[str], released: list[dict
             "SELECT query_id, status FROM queries WHERE backlog = ? AND query_id = ANY(?)",
             [cfg.backlog, query_ids],
         ).fetchall())
-        summary = budget_summary(con, cfg.private_dataset)
-        spent = composed_events(budget_state(con, cfg.private_dataset))
-        summary["queries_still_payable"] = max_additional(
-            spent, event_from_json(run.event_json), summary["epsilon_limit"], summary["delta"]
-        )
+        summary = budget_report(con, cfg.private_dataset, run.event_json)
+        history = spend_history(con, cfg.private_dataset)
         finish_run(con, run_id, "completed")
     rows = [
-        {"query_id": q, "status": status.get(q, "pending"), "epsilon_cost": round(cost.get(q, 0.0), 6)}
+        {"query_id": q, "status": status.get(q, "pending"), "epsilon_cost": round(cost.get(q, 0.0), 4),
+         "share_of_budget": f"{cost.get(q, 0.0) / summary['epsilon_limit']:.2%}"}
         for q in query_ids
     ]
     counts = {s: sum(r["status"] == s for r in rows) for s in ("answered", "refused_budget", "pending")}
     if rows:
         create_table_artifact(
             rows, key=f"releases-{_slug(cfg.backlog)}",
-            description=f"Run {run_id}: {counts['answered']} answered, {counts['refused_budget']} refused",
+            description=f"Run {run_id}: {counts['answered']} answered, {counts['refused_budget']} refused. "
+                        + SHARE_EXPLAINED,
         )
     create_markdown_artifact(
         "\n".join([
@@ -99,4 +116,7 @@ def publish(db_path: str, run_id: str, query_ids: list[str], released: list[dict
         key=f"budget-{_slug(cfg.private_dataset)}",
         description="ε spent is the accountant's upper bound over every ledger entry of the dataset",
     )
+    create_image_artifact(spend_data_url(cfg.private_dataset, history, summary["epsilon_limit"]),
+                          key=f"spend-{_slug(cfg.private_dataset)}",
+                          description=f"ε spent over time on {cfg.private_dataset!r} against its limit")
     return {"run_id": run_id, **counts, "budget": summary}

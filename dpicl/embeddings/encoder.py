@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dpicl.inference.models import resolve_encoder
+from dpicl.progress import shown, silence_library_bars
 
 
 class Encoder:
@@ -49,6 +50,7 @@ class Encoder:
         self.batch_size = batch_size
         self.batch_invariant = batch_invariant
         self.model_path = resolve_encoder(model)
+        silence_library_bars()
         self._model = SentenceTransformer(str(self.model_path), device=device, local_files_only=True)
         dim = self._model.get_embedding_dimension()
         if dim is None:
@@ -71,6 +73,6 @@ class Encoder:
             batch_size=1 if self.batch_invariant else self.batch_size,
             normalize_embeddings=True,
             convert_to_numpy=True,
-            show_progress_bar=progress,
+            show_progress_bar=progress and shown(),  # a terminal only (dpicl.progress)
         )
         return np.ascontiguousarray(vectors, dtype=np.float32)

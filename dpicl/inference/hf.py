@@ -36,12 +36,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StoppingCriteria, StoppingCriteriaList
 
 from dpicl.inference.base import GenerationParams, has_stop, postprocess, token_id_tuple
 from dpicl.inference.models import resolve_llm
 from dpicl.inference.openai_compat import row_seeds
+from dpicl.progress import silence_library_bars, track
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -117,6 +117,7 @@ class HFBackend:
         self.batch_invariant = batch_invariant
         self.model_path = resolve_llm(model)
 
+        silence_library_bars()
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
@@ -242,7 +243,7 @@ class HFBackend:
         ids = self._encode(prompts)
         index = torch.tensor(label_ids, device=self.device)
         extra = {"logits_to_keep": 1} if self._keeps_logits else {}
-        for batch in tqdm(self._micro_batches(ids), desc="label logprobs", unit="batch", disable=not progress):
+        for batch in track(self._micro_batches(ids), "label logprobs", enabled=progress):
             enc = self._pad([ids[i] for i in batch])
             mask = enc["attention_mask"]
             # Positions as `generate` computes them: counted from each row's first real token.
@@ -401,7 +402,7 @@ class HFBackend:
         with torch.random.fork_rng(devices=cuda, enabled=seeded):
             if seeded:
                 torch.manual_seed(params.seed)
-            for batch in tqdm(batches, desc="generate", unit="batch", disable=not progress):
+            for batch in track(batches, "generate", enabled=progress):
                 if seeds is not None:
                     torch.manual_seed(seeds[batch[0]])
                 texts = self._generate_batch([ids[i] for i in batch], params)

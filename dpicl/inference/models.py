@@ -8,18 +8,19 @@ works in their place.
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import json
 import logging
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from filelock import FileLock
+
 from dpicl.inference.base import ModelNotAvailableError
+from dpicl.settings import settings
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,7 @@ _ENCODER_ALIASES = {"all-minilm-l6-v2": _MINILM, "minilm": _MINILM}
 
 def cache_dir() -> Path:
     """The dpicl cache root: `$DPICL_CACHE`, else `~/.cache/dpicl`."""
-    env = os.environ.get("DPICL_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "dpicl"
+    return settings().cache.expanduser()
 
 
 def resolve_llm(spec: str) -> Path:
@@ -122,7 +122,7 @@ def _cached_conversion(gguf: Path, target: Path) -> Path:
     if (target / "config.json").is_file():
         return target  # the rename below is atomic: an existing target is complete
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(target.parent / f".{target.name}.lock"):
+    with FileLock(target.parent / f".{target.name}.lock"):
         if (target / "config.json").is_file():
             return target  # another process converted it while we waited
         _remove_leftovers(target)
@@ -134,16 +134,6 @@ def _cached_conversion(gguf: Path, target: Path) -> Path:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return target
-
-
-@contextmanager
-def _file_lock(path: Path):
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _remove_leftovers(target: Path) -> None:

@@ -34,6 +34,7 @@ from dpicl.inference.base import (
     refuse_batch_dependence,
     token_id_tuple,
 )
+from dpicl.progress import track
 
 log = logging.getLogger(__name__)
 
@@ -243,9 +244,7 @@ class OpenAIBackend(TokenizerText):
         results: list = [None] * n
         failed: list[int] = []
         first: BaseException | None = None
-        from tqdm.auto import tqdm
-
-        for i, future in enumerate(tqdm(futures, desc=what, unit="prompt", disable=not progress)):
+        for i, future in enumerate(track(futures, what, enabled=progress)):
             try:
                 results[i] = future.result()
             except Exception as err:  # noqa: BLE001 (collected, re-raised below without private text)

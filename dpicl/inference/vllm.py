@@ -35,6 +35,7 @@ from dpicl.inference.openai_compat import (
     row_seeds,
     stopped_in_leading_whitespace,
 )
+from dpicl.progress import shown
 
 # Measured (docs/STACK.md): with one OpenMP thread the in-process CPU engine starts in ~5 s, else 10x slower.
 DEFAULT_CPU_THREADS = 1
@@ -178,7 +179,7 @@ class VLLMBackend(TokenizerText):
 
     def _run(self, token_rows: list[list[int]], params: list, progress: bool = False) -> list:
         prompts = [self._vllm.TokensPrompt(prompt_token_ids=row) for row in token_rows]
-        return self.llm.generate(prompts, params, use_tqdm=progress)
+        return self.llm.generate(prompts, params, use_tqdm=progress and shown())  # a terminal only
 
     # ------------------------------------------------------------ generate
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import duckdb
 import psycopg
 
+from dpicl.settings import settings
 from dpicl.storage import postgres
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -58,7 +59,7 @@ class SchemaVersionError(RuntimeError):
 def default_db_path() -> Path | str:
     """`$DPICL_DB` if set (a DuckDB file path, or a `postgresql://` URL, returned as it is), else
     `./dpicl.duckdb`."""
-    target = os.environ.get("DPICL_DB") or "dpicl.duckdb"
+    target = settings().db
     return target if postgres.is_url(target) else Path(target)
 
 

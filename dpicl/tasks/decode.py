@@ -6,11 +6,11 @@ token is drawn, and the answer is stored with its ledger entry. Returns ids, sta
 from __future__ import annotations
 
 from prefect import get_run_logger, task
-from tqdm.auto import tqdm
 
 from dpicl.inference.base import require
 from dpicl.privacy.accounting.guard import require_paid
 from dpicl.privacy.rng import make_rng
+from dpicl.progress import track
 from dpicl.storage import get_dataset, get_queries, load_records, set_query_status
 from dpicl.storage.artifacts import artifact_key, put_artifact
 from dpicl.storage.ledger import record_release
@@ -36,7 +36,7 @@ def decode(db_path: str, run_id: str, query_ids: list[str]) -> list[dict]:
         reservations = context.reserve_many(con, cfg, run_id, query_ids, method.name, event_json)
         refused = [q for q in query_ids if q not in reservations]
         set_query_status(con, cfg.backlog, refused, "refused_budget")
-    for query_id in tqdm([q for q in query_ids if q in reservations], desc=f"{method.name} decode", unit="query"):
+    for query_id in track([q for q in query_ids if q in reservations], f"{method.name} decode"):
         reservation = reservations[query_id]
 
         def paid(used, query_id=query_id):

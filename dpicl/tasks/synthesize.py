@@ -11,13 +11,14 @@ from __future__ import annotations
 import uuid
 
 from prefect import get_run_logger, runtime, task
-from tqdm.auto import tqdm
 
 from dpicl import methods
 from dpicl.config import Config
 from dpicl.inference.base import require
+from dpicl.planning import for_people
 from dpicl.privacy.accounting.guard import require_paid
 from dpicl.privacy.rng import make_rng
+from dpicl.progress import track
 from dpicl.storage import get_dataset, load_records
 from dpicl.storage.ledger import BudgetError, require_budget
 from dpicl.storage.runs import create_run, finish_run
@@ -99,7 +100,7 @@ def synthesize(config_path: str, db_path: str) -> dict:
     jobs = [(label, None) for label in pools for _ in range(m.demos)] if inputs == [] else \
         [(None, x) for x in inputs]
     _check_paid(cfg, method, plan, event, pools, jobs)
-    for label, public_input in tqdm(jobs, desc=f"synthesize ({m.name})", unit="demo"):  # no connection open
+    for label, public_input in track(jobs, f"synthesize ({m.name})"):  # no connection open
         rows.append(method.synthesize_text(cfg, backend, plan, pools[label], dataset["teacher_key"], label,
                                            public_input, rng))
     with context.database(db_path) as con:
@@ -108,6 +109,6 @@ def synthesize(config_path: str, db_path: str) -> dict:
         finish_run(con, run_id, "completed")
     numbers = plan.numbers()
     get_run_logger().info("synthesized %d demonstrations into %r for ε %.4f: %s", n, syn.name,
-                          reservation.epsilon_cost, numbers)
+                          reservation.epsilon_cost, for_people(numbers))
     return {"run_id": run_id, "dataset": syn.name, "demonstrations": n, "epsilon_cost": reservation.epsilon_cost,
             "epsilon_spent": reservation.epsilon_after, "plan": numbers}

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from dpicl.cli.choices import Format, Kind, TaskType
 from dpicl.cli.common import DbOption, check_names, writing
 from dpicl.cli.console import console
 from dpicl.cli.errors import fail
@@ -22,16 +23,26 @@ def _parse_fields(pairs: list[str]) -> dict[str, str]:
     return fields
 
 
+def _is_config(path: Path) -> bool:
+    """A YAML file, or the name of a bundled config that is not also a file here."""
+    from dpicl.config import CONFIG_DIR
+
+    return path.suffix.lower() in (".yaml", ".yml") or (
+        not path.exists() and path.suffix == "" and (CONFIG_DIR / f"{path}.yaml").is_file())
+
+
 def ingest(
-    path: Annotated[Optional[Path], typer.Argument(help="JSON, JSONL, CSV or Parquet file")] = None,
+    path: Annotated[Optional[Path], typer.Argument(
+        help="a data file (JSON, JSONL, CSV, TSV, Parquet, lines) with --name, or a config (.yaml, or a bundled "
+             "config's name): every file under its `data:`")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="dataset or backlog name")] = None,
-    kind: Annotated[str, typer.Option("--as", help="private | public | queries")] = "private",
-    task: Annotated[str, typer.Option(help="task type of a dataset")] = "summarization",
+    kind: Annotated[Kind, typer.Option("--as", help="what the file is")] = Kind.private,
+    task: Annotated[TaskType, typer.Option(help="task type of a dataset")] = TaskType.summarization,
     field: Annotated[list[str], typer.Option("--field", help="ROLE=COLUMN, e.g. input=dialogue")] = [],  # noqa: B006
-    config: Annotated[Optional[str], typer.Option(help="ingest every file listed under `data:` of this config")] = None,
+    config: Annotated[Optional[str], typer.Option(hidden=True, help="the config, as the argument")] = None,
     replace: Annotated[bool, typer.Option(help="replace a dataset of the same name (never one with spend)")] = False,
-    format: Annotated[Optional[str], typer.Option(
-        "--format", help="json | jsonl | csv | tsv | parquet | lines (default: from the file extension)")] = None,
+    format: Annotated[Optional[Format], typer.Option(
+        "--format", help="the file's format (default: from the file extension)")] = None,
     pattern: Annotated[Optional[str], typer.Option(
         help="with --format lines: a regular expression whose named groups are the columns")] = None,
     header: Annotated[bool, typer.Option(help="CSV/TSV: the first row names the columns")] = True,
@@ -52,19 +63,20 @@ def ingest(
     from dpicl.config import DataSource, load_config
     from dpicl.storage.ingest import ingest_source
 
+    if config is None and name is None and path is not None and _is_config(path):
+        config, path = str(path), None
     if config is not None:
         sources = load_config(config).data
         if not sources:
             fail(f"config {config!r} lists no files under `data:`")
         if distinct_from_existing:
-            fail("--distinct-from-existing applies to one file; with --config, set distinct_from_existing: true "
+            fail("--distinct-from-existing applies to one file; with a config, set distinct_from_existing: true "
                  "on that file's entry under `data:`")
     else:
+        kind, task, format = kind.value, task.value, format.value if format else None
         if path is None or name is None:
-            fail("give a file and --name (or --config with a `data:` section)")
+            fail("give a data file and --name, or a config whose `data:` lists the files")
         check_names((name, "dataset name" if kind != "queries" else "backlog name"))
-        if kind not in {"private", "public", "queries"}:
-            fail(f"--as must be private, public or queries (got {kind!r})")
         if distinct_from_existing and kind == "queries":
             fail("--distinct-from-existing applies to datasets; backlogs (--as queries) are not compared")
         fields = _parse_fields(field)

@@ -11,20 +11,21 @@ import typer
 from pydantic import ValidationError
 
 from dpicl import methods, planning
-from dpicl.methods.base import Budget, Facts
+from dpicl.cli.choices import Mechanism, MethodName
 from dpicl.cli.common import DbOption, JsonOption
 from dpicl.cli.common import check_names as _check_names
 from dpicl.cli.common import connect as _connect
 from dpicl.cli.console import console
 from dpicl.cli.errors import fail as _fail
+from dpicl.methods.base import Budget, Facts
 
 
 def plan(
     config: Annotated[Optional[str], typer.Argument(
         help="a run config (file or bundled name): plan exactly what `dpicl answer CONFIG` would store, against "
              "its dataset's open budget; the method flags below are then not used")] = None,
-    method: Annotated[Optional[str], typer.Option(
-        help=f"one of: {', '.join(methods.names())} (default {methods.DEFAULT})")] = None,
+    method: Annotated[Optional[MethodName], typer.Option(
+        help=f"the method to plan (default {methods.DEFAULT}; `dpicl methods` describes them)")] = None,
     sampling_rate: Annotated[Optional[float], typer.Option(help="Poisson rate q per record and query")] = None,
     queries: Annotated[int, typer.Option(
         help="number of queries the budget must pay for (dp-fewshot: synthetic demonstrations)")] = 100,
@@ -56,7 +57,7 @@ def plan(
         help="adapmixed, dps-mozo: Rényi ball radius (default: from the budget)")] = None,
     members: Annotated[Optional[int], typer.Option(help="adapmixed: ensemble members (default 20)")] = None,
     splits: Annotated[Optional[int], typer.Option(help="dp-fewshot: splits per token (default 10)")] = None,
-    mechanism: Annotated[Optional[str], typer.Option(help="dp-fewshot: gaussian | exponential")] = None,
+    mechanism: Annotated[Optional[Mechanism], typer.Option(help="dp-fewshot: the noise")] = None,
     screen_lambda: Annotated[Optional[float], typer.Option(help="adapmixed: noisy-screen λ (default 1e-4)")] = None,
     screen_sigma: Annotated[Optional[float], typer.Option(help="adapmixed: noisy-screen σ (default 1e-2)")] = None,
     accept_unproven_guarantee: Annotated[bool, typer.Option(
@@ -67,7 +68,8 @@ def plan(
     """Per-query noise (or ε) for a target (ε, δ) and number of queries; and what an open budget can still pay."""
     settings_flags = {"teachers": teachers, "shots": shots, "delta0_fraction": delta0_fraction,
                       "em_epsilon": em_epsilon, "levels": levels, "count_epsilon": count_epsilon, "alpha": alpha,
-                      "beta": beta, "members": members, "splits": splits, "mechanism": mechanism,
+                      "beta": beta, "members": members, "splits": splits,
+                      "mechanism": mechanism.value if mechanism else None,
                       "screen_lambda": screen_lambda, "screen_sigma": screen_sigma,
                       "accept_unproven_guarantee": accept_unproven_guarantee or None}
     given = {k: v for k, v in settings_flags.items() if v is not None}
@@ -81,8 +83,8 @@ def plan(
                   "or plan without it")
         result, budget_state = _plan_config(config, db)
     else:
-        result, budget_state = _plan_flags(method or methods.DEFAULT, given, sampling_rate, queries, epsilon, delta,
-                                           dataset, dataset_size, max_new_tokens, db, as_json)
+        result, budget_state = _plan_flags(method.value if method else methods.DEFAULT, given, sampling_rate, queries,
+                                           epsilon, delta, dataset, dataset_size, max_new_tokens, db, as_json)
     budget = None
     if budget_state is not None:
         try:

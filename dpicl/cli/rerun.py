@@ -8,6 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from dpicl.cli.choices import MethodName, Stage
 from dpicl.cli.common import DbOption
 from dpicl.cli.console import console
 from dpicl.cli.errors import fail
@@ -77,12 +78,13 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
 
 def rerun(
     run_id: Annotated[str, typer.Argument(help="id of the run to re-run (the runs table; the open-run task's log)")],
-    from_stage: Annotated[str, typer.Option(
+    from_stage: Annotated[Stage, typer.Option(
         "--from", help="aggregate: a new DP aggregate from the stored teacher outputs/embeddings (a new release, "
-                       "charged); release: post-processing of the run's stored DP aggregates (free)")] = "aggregate",
+                       "charged); release: post-processing of the run's stored DP aggregates (free)")
+    ] = Stage.aggregate,
     config: Annotated[Optional[str], typer.Option(
         help="config file or bundled config name (default: the run's own config)")] = None,
-    method: Annotated[Optional[str], typer.Option(
+    method: Annotated[Optional[MethodName], typer.Option(
         help="switch the aggregation method (esa, rnm, ksa-jem, ksa-ptr, sga, ksa-public); keeps teachers, shots "
              "and sampling_rate")] = None,
     set_: Annotated[Optional[list[str]], typer.Option(
@@ -100,6 +102,8 @@ def rerun(
     free; every new draw from private artifacts is a new release, charged to the ledger like any run."""
     from dpicl.storage.db import default_db_path, is_file_target
     from dpicl.tasks.rerun import analyse
+
+    from_stage, method = from_stage.value, method.value if method else None
 
     path = db or default_db_path()
     if is_file_target(path) and not Path(path).is_file():

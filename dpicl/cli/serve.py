@@ -13,7 +13,7 @@ from dpicl.cli.errors import fail
 
 
 def serve(
-    config: Annotated[str, typer.Option(help="config file, or the name of a bundled config")] = "demo",
+    config: Annotated[str, typer.Argument(help="config file, or the name of a bundled config")] = "demo",
     db: DbOption = None,
     interval: Annotated[Optional[float], typer.Option(
         help="answer the backlog every this many seconds (default: prefect.yaml's schedule, hourly)")] = None,

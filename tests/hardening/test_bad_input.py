@@ -243,7 +243,7 @@ def _hostile(db: Path, workdir: Path) -> list[tuple[list[str], str]]:
         (["answer", traversal, *d], "etc/passwd"),
         (["answer", "../../../../../../etc/hostname", *d], "hostname"),
         (["plan", "--dataset", "nope", *d], "nope"),
-        (["serve", "--config", traversal, "--db", str(db)], "etc/passwd"),
+        (["serve", traversal, "--db", str(db)], "etc/passwd"),
         (["serve", "--host", "0.0.0.0", "--db", str(db)], "loopback"),
         (["serve", "--host", "192.0.2.1", "--db", str(db)], "loopback"),
     ]

@@ -233,7 +233,7 @@ def test_a_new_method_then_free_post_processing(env, monkeypatch):
     ({"method": "dps-mozo"}, ["cannot re-run from stored teacher outputs"]),
     ({"stage": "release", "method": "ksa-jem"}, ["--from release keeps the mechanism", "--from aggregate"]),
     ({"stage": "release", "overrides": ["method.planned_queries=3"]}, ["method.planned_queries", "shape"]),
-    ({"stage": "prompt"}, ["--from must be one of aggregate, release"]),
+    ({"stage": "prompt"}, ["'prompt' is not one of 'aggregate', 'release'"]),
 ])
 def test_refusals_say_what_and_how_to_fix_and_write_nothing(env, kwargs, words):
     from dpicl.cli import app

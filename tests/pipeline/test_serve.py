@@ -152,7 +152,7 @@ def test_served_deployment_answers_queries_added_after_it_started_and_stops_on_c
     out_path = tmp_path / "serve.out"
     with open(out_path, "wb") as out:
         proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("dpicl")), "serve", "--config", config, "--db", db,
+            [str(Path(sys.executable).with_name("dpicl")), "serve", config, "--db", db,
              "--interval", "5", "--port", str(port)],
             env=child_env(tmp_path / "serve-home"), stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
     try:

@@ -5,13 +5,14 @@ all (docs/STACK.md). Flows open and close the file in every task, so two flow ru
 processes would take turns at random and one of them would crash on the lock, or both would read the same
 pending queries. `database_writer(db_path)` serialises them:
 
-1. with a Prefect server (`PREFECT_API_URL` set): a Prefect global concurrency limit named
-   `dpicl-db-<sha256 of the absolute path, 12 hex>` with one slot, created if missing (Prefect 3 *ignores* a limit
-   that does not exist, with a warning only, so it must exist), visible in the UI under Concurrency; this is what
-   makes runs queue across workers and machines that share the server. The slot is held with a lease of
-   `LEASE_SECONDS` that the holder renews; the server's repossessor revokes the lease of a holder that died.
-   Without a server (Prefect's temporary one, one per process) the limit is skipped: its lease would live in the
-   memory of a temporary server that never expires leases, so a killed run would block the database for good;
+1. with a Prefect server (`PREFECT_API_URL` set): a Prefect global concurrency limit named `dpicl-db-<file
+   name>-<sha256 of the absolute path, 8 hex>` (e.g. `dpicl-db-demo-duckdb-3fa2c1d9`) with one slot, created if
+   missing (Prefect 3 *ignores* a limit that does not exist, with a warning only, so it must exist), visible in the
+   UI under Concurrency; this is what makes runs queue across workers and machines that share the server. The slot
+   is held with a lease of `LEASE_SECONDS` that the holder renews; the server's repossessor revokes the lease of a
+   holder that died. Without a server (Prefect's temporary one, one per process) the limit is skipped: its lease
+   would live in the memory of a temporary server that never expires leases, so a killed run would block the
+   database for good;
 2. an OS file lock on `<db>.writer-lock` next to the database, for processes on this machine that do not share a
    Prefect server (e.g. two `dpicl answer` runs, each with its own temporary server). The kernel drops it when its
    process dies, so a run killed with SIGKILL frees the database at once. The holder writes its pid, host and
@@ -35,6 +36,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -56,8 +58,11 @@ log = logging.getLogger(__name__)
 
 
 def limit_name(db_path: str | os.PathLike) -> str:
-    """The name of the database's concurrency limit (same file → same name, whatever the relative path)."""
-    return LIMIT_PREFIX + hashlib.sha256(_absolute(db_path).encode("utf-8")).hexdigest()[:12]
+    """The name of the database's concurrency limit: its file name, for people, and a hash of its absolute path,
+    so that one file has one name whatever the relative path (and two files of one name in two folders two)."""
+    absolute = _absolute(db_path)
+    readable = re.sub(r"[^a-z0-9]+", "-", Path(absolute).name.lower()).strip("-")[:40] or "db"
+    return f"{LIMIT_PREFIX}{readable}-{hashlib.sha256(absolute.encode('utf-8')).hexdigest()[:8]}"
 
 
 def _absolute(db_path: str | os.PathLike) -> str:

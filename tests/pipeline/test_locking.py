@@ -4,13 +4,19 @@ the machine-local file lock. (The Prefect limit itself, across processes, is tes
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
 
 import pytest
 
-from dpicl.flows.locking import LIMIT_PREFIX, _file_lock, limit_name, wait_until_openable
+from dpicl.flows.locking import (
+    LIMIT_PREFIX,
+    _file_lock,
+    limit_name,
+    wait_until_openable,
+)
 from dpicl.storage.db import DatabaseLockedError, connect
 
 _HOLD = """
@@ -36,7 +42,7 @@ def test_one_database_file_one_limit_name_whatever_the_path_spelling(tmp_path, m
     link.symlink_to(db)
     monkeypatch.chdir(tmp_path)
     name = limit_name(db)
-    assert name.startswith(LIMIT_PREFIX) and len(name) == len(LIMIT_PREFIX) + 12
+    assert re.fullmatch(LIMIT_PREFIX + r"x-duckdb-[0-9a-f]{8}", name), name  # says which database it guards
     assert limit_name("x.duckdb") == limit_name("./sub/../x.duckdb") == limit_name(link) == name
     assert limit_name(tmp_path / "y.duckdb") != name
     assert str(tmp_path) not in name  # the name says nothing about where the data lives

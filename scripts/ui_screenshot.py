@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,53 +81,47 @@ def prepare_demo(workdir: Path, queries: int) -> tuple[Path, Path]:
     return config, db
 
 
-def screenshot(url: str, out: Path, wait_text: str, timeout_s: float = 60) -> None:
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+@contextmanager
+def browser_page():
+    """A page of headless Chromium (the Debian package, driven by playwright; no browser download)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1440, "height": 1150}, device_scale_factor=1)
-            page.goto(url, wait_until="networkidle", timeout=timeout_s * 1000)
-            tab = page.get_by_role("tab", name="Artifacts")
-            if not tab.count():
-                tab = page.get_by_text("Artifacts", exact=True)
-            tab.first.click(timeout=timeout_s * 1000)
-            try:
-                page.get_by_text(wait_text).first.wait_for(timeout=timeout_s * 1000)
-            except PlaywrightTimeout:
-                print(f"warning: {wait_text!r} did not appear on the page within {timeout_s:.0f} s; saving what it "
-                      "shows", file=sys.stderr)
-            page.wait_for_timeout(2000)  # let charts and tables settle
-            out.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(out), full_page=True)
+            yield browser.new_page(viewport={"width": 1440, "height": 1150}, device_scale_factor=1)
         finally:
             browser.close()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "images" / "prefect-flow-run.png")
-    parser.add_argument("--queries", type=int, default=12, help="demo queries to answer (default 12)")
-    parser.add_argument("--fake-models", action="store_true", help="the test fakes instead of SmolLM2/MiniLM")
-    args = parser.parse_args()
+def open_artifacts(page, url: str, wait_text: str, timeout_s: float = 60) -> bool:
+    """Open the flow run page at `url` on its Artifacts tab; whether `wait_text` appeared within `timeout_s`."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    workdir = Path(tempfile.mkdtemp(prefix="dpicl-ui-"))
-    os.environ["PREFECT_HOME"] = str(workdir / "prefect-home")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("DPICL_CACHE", str(REPO / ".cache" / "dpicl"))  # as the Makefile: the converted model
+    page.goto(url, wait_until="networkidle", timeout=timeout_s * 1000)
+    tab = page.get_by_role("tab", name="Artifacts")
+    if not tab.count():
+        tab = page.get_by_text("Artifacts", exact=True)
+    tab.first.click(timeout=timeout_s * 1000)
+    try:
+        page.get_by_text(wait_text).first.wait_for(timeout=timeout_s * 1000)
+    except PlaywrightTimeout:
+        return False
+    page.wait_for_timeout(2000)  # let charts and tables settle
+    return True
+
+
+@contextmanager
+def demo_run_on_server(workdir: Path, queries: int, fake_models: bool) -> Iterator[str]:
+    """A Prefect server with one completed demo flow run on it; yields the run page's URL; stops the server."""
     from dpicl.serve import start_server
 
-    config, db = prepare_demo(workdir, args.queries)
-    port = _free_port()
-    server = start_server("127.0.0.1", port, workdir / "prefect-home")
+    config, db = prepare_demo(workdir, queries)
+    server = start_server("127.0.0.1", _free_port(), workdir / "prefect-home")
     print(f"Prefect server at {server.ui_url}", flush=True)
     try:
-        env = {**os.environ, "PREFECT_API_URL": server.api_url}
-        if args.fake_models:
+        env = {**os.environ, "PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(workdir / "prefect-home")}
+        if fake_models:
             env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "pipeline" / "fake_models_site"), str(REPO)])
             env["DPICL_TEST_FAKE_MODELS"] = "1"
         started = time.monotonic()
@@ -141,11 +137,30 @@ def main() -> int:
         if not runs:
             raise SystemExit("no completed flow run on the server")
         run = max(runs, key=lambda r: r.start_time)
-        url = f"{server.ui_url}/runs/flow-run/{run.id}"
-        screenshot(url, args.out, wait_text="progress-")
-        print(f"saved {args.out} ({url})")
+        yield f"{server.ui_url}/runs/flow-run/{run.id}"
     finally:
         server.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "images" / "prefect-flow-run.png")
+    parser.add_argument("--queries", type=int, default=12, help="demo queries to answer (default 12)")
+    parser.add_argument("--fake-models", action="store_true", help="the test fakes instead of SmolLM2/MiniLM")
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="dpicl-ui-"))
+    os.environ["PREFECT_HOME"] = str(workdir / "prefect-home")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("DPICL_CACHE", str(REPO / ".cache" / "dpicl"))  # as the Makefile: the converted model
+    with demo_run_on_server(workdir, args.queries, args.fake_models) as url, browser_page() as page:
+        if not open_artifacts(page, url, wait_text="progress-"):
+            print("warning: the artifacts did not appear within 60 s; saving what the page shows", file=sys.stderr)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(args.out), full_page=True)
+        print(f"saved {args.out} ({url})")
     return 0
 
 

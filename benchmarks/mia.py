@@ -1,6 +1,7 @@
 """Membership-inference attacks on the demo data: AUROC of non-private ICL vs the DP methods (issue 7 item 2).
 
-    .venv/bin/python benchmarks/mia.py --members 20 --nonmembers 20 --attacks repeat label --seed 0 [--json out.json]
+    .venv/bin/python benchmarks/mia.py --members 20 --nonmembers 20 --attacks repeat label --seed 0
+        [--json out.json] [--plot roc.png]
 
 Repeat attack (paper 004 §5.4): truncated private tickets as queries; cosine similarity (all-MiniLM-L6-v2) of the
 answer with the target's summary; non-private ICL, non-private aggregation, and ESA, KSA joint-EM, KSA-PTR, SGA,
@@ -49,12 +50,13 @@ def main() -> None:
     parser.add_argument("--bootstrap", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0, help="fixes every draw (benchmark mode)")
     parser.add_argument("--json", type=Path, help="write the rows and timings here")
+    parser.add_argument("--plot", type=Path, help="write the ROC curves (one panel per attack) to this PNG")
     args = parser.parse_args()
 
     import torch
 
     torch.set_num_threads(1)
-    from dpicl.evaluation.mia import REPEAT_METHODS, markdown_table, run_demo_mia
+    from dpicl.evaluation.mia import REPEAT_METHODS, markdown_table, roc_plot, run_demo_mia
 
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -71,6 +73,9 @@ def main() -> None:
     print(markdown_table(results))
     print()
     print("timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()) + f"; total {total:.1f}")
+    if args.plot:
+        roc_plot(results, args.plot)
+        print(f"wrote {args.plot}")
     if args.json:
         args.json.write_text(json.dumps({"args": {k: (str(v) if isinstance(v, Path) else v)
                                                   for k, v in vars(args).items()},

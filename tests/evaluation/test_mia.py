@@ -11,6 +11,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dpicl.config import TaskConfig
 from dpicl.evaluation.mia import (
@@ -22,6 +24,8 @@ from dpicl.evaluation.mia import (
     probability_attack_scores,
     repeat_attack_scores,
     repeat_trials,
+    roc_curve,
+    roc_plot,
     similarity_scores,
     to_results,
     truncate_words,
@@ -167,6 +171,23 @@ def test_results_carry_numbers_only_and_serialise():
     assert "| repeat | icl | ∞ |" in markdown_table([r])
     with pytest.raises(TypeError):
         MIAResult("repeat", "icl", None, None, None, 1, 1, 0.5, 0.5, 0.5, details={"answer": "private text"})
+
+
+@given(st.lists(st.floats(-5, 5), min_size=1, max_size=30), st.lists(st.floats(-5, 5), min_size=1, max_size=30))
+def test_the_roc_curve_runs_from_0_to_1_and_its_area_is_the_auroc(members, nonmembers):
+    fpr, tpr = roc_curve(members, nonmembers)
+    assert (fpr[0], tpr[0], fpr[-1], tpr[-1]) == (0.0, 0.0, 1.0, 1.0)
+    assert all(a <= b for a, b in zip(fpr, fpr[1:])) and all(a <= b for a, b in zip(tpr, tpr[1:]))
+    area = sum((x1 - x0) * (y0 + y1) / 2 for x0, x1, y0, y1 in zip(fpr, fpr[1:], tpr, tpr[1:]))
+    assert area == pytest.approx(auroc(members, nonmembers, bootstrap=0).value, abs=1e-9)
+
+
+def test_roc_curves_are_plotted_one_panel_per_attack(tmp_path):
+    results = [*to_results("repeat", [_scores("icl", [1.0, 0.4], [0.1, 0.5, 0.3])], bootstrap=0),
+               *to_results("label", [_scores("rnm", [0.2, 0.9], [0.1, 0.5])], bootstrap=0)]
+    assert json.loads(json.dumps(results[0].to_dict()))["roc"]["tpr"][-1] == 1.0
+    roc_plot(results, tmp_path / "roc.png")
+    assert (tmp_path / "roc.png").read_bytes().startswith(b"\x89PNG")
 
 
 def _scores(method, members, nonmembers):

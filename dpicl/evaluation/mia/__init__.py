@@ -49,6 +49,8 @@ from dpicl.evaluation.mia.scores import (
     MIAResult,
     auroc,
     markdown_table,
+    roc_curve,
+    roc_plot,
     to_results,
 )
 from dpicl.evaluation.mia.settings import (
@@ -77,6 +79,8 @@ __all__ = [
     "probability_attack_scores",
     "repeat_attack_scores",
     "repeat_trials",
+    "roc_curve",
+    "roc_plot",
     "run_demo_mia",
     "similarity_scores",
     "to_results",

@@ -98,6 +98,8 @@ class MIAResult:
     ci_low: float
     ci_high: float
     details: Mapping[str, float] = field(default_factory=dict)
+    # the ROC curve: false-positive rates and true-positive rates at every threshold (numbers only)
+    roc: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
 
     def __post_init__(self) -> None:
         for name in ("epsilon", "epsilon_experiment", "delta"):
@@ -121,6 +123,7 @@ class MIAResult:
             "ci_low": float(self.ci_low),
             "ci_high": float(self.ci_high),
             "details": {k: float(v) for k, v in self.details.items()},
+            "roc": {"fpr": [float(x) for x in self.roc[0]], "tpr": [float(x) for x in self.roc[1]]},
         }
 
 
@@ -142,9 +145,43 @@ def to_results(attack: str, scores: Sequence[AttackScores], *, bootstrap: int = 
             else float(setting.epsilon_experiment),
             delta=None if setting is None else setting.delta,
             members=a.members, nonmembers=a.nonmembers, auroc=a.value, ci_low=a.low, ci_high=a.high,
-            details=details,
+            details=details, roc=roc_curve(s.members, s.nonmembers),
         ))
     return out
+
+
+def roc_curve(member_scores, nonmember_scores) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(false-positive rates, true-positive rates) of members (positives) vs non-members (sklearn's roc_curve)."""
+    from sklearn.metrics import roc_curve as sklearn_roc_curve
+
+    m = _scores("member_scores", member_scores)
+    n = _scores("nonmember_scores", nonmember_scores)
+    fpr, tpr, _ = sklearn_roc_curve(np.r_[np.ones(m.size), np.zeros(n.size)], np.r_[m, n])
+    return tuple(float(x) for x in fpr), tuple(float(x) for x in tpr)
+
+
+def roc_plot(results: Sequence[MIAResult], path) -> None:
+    """PNG with one panel per attack: each method's ROC curve (ε in the legend, with its AUROC) and chance."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on workers
+    import matplotlib.pyplot as plt
+
+    attacks = list(dict.fromkeys(r.attack for r in results))
+    fig, axes = plt.subplots(1, len(attacks), figsize=(5 * len(attacks), 4.6), squeeze=False)
+    try:
+        for ax, attack in zip(axes[0], attacks):
+            for r in (r for r in results if r.attack == attack):
+                eps = "∞" if r.epsilon is None else f"{r.epsilon:g}"
+                ax.plot(r.roc[0], r.roc[1], label=f"{r.method}, ε={eps} (AUROC {r.auroc:.2f})")
+            ax.plot([0, 1], [0, 1], color="grey", linestyle=":", label="chance")
+            ax.set(title=f"{attack} attack", xlabel="false-positive rate (non-members flagged)",
+                   ylabel="true-positive rate (members found)", xlim=(0, 1), ylim=(0, 1))
+            ax.legend(fontsize="x-small", loc="lower right")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
 
 
 def _matrix_scores(method: str, matrix: np.ndarray, setting: DPSetting | None, details: Mapping[str, float], *,

@@ -138,7 +138,7 @@ def test_planning_against_a_ledger_no_accountant_can_compose_with_fails_cleanly(
 def test_planning_against_a_dataset_without_budget_or_an_old_database_fails_cleanly(budget_db, tmp_path):
     result = runner.invoke(app, ["plan", "--method", "ksa-jem", "--dataset", "nope", "--db", budget_db])
     flat = " ".join(result.output.split())
-    assert result.exit_code == 2 and "'nope'" in flat and "budget open nope" in flat
+    assert result.exit_code == 2 and "no dataset named 'nope'" in flat and "dpicl ingest" in flat  # a typo
     result = runner.invoke(app, ["plan", "--method", "ksa-jem", "--dataset", "priv", "--db",
                                  str(tmp_path / "missing.duckdb")])
     assert result.exit_code == 2 and "no dpicl database" in " ".join(result.output.split())

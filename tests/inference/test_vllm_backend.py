@@ -45,7 +45,8 @@ def test_environment_defaults_do_not_override_the_user(monkeypatch, tmp_path):
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     for key in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CACHE_ROOT", "TMPDIR",
                 "TORCHINDUCTOR_CACHE_DIR"):
-        monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv(key, "recorded")  # so that undoing it removes what configure_environment sets
+        monkeypatch.delenv(key)
     chosen = configure_environment(cpu=True)
     assert "OMP_NUM_THREADS" not in chosen  # the user's setting stays
     assert chosen["VLLM_CPU_KVCACHE_SPACE"] == "1" and chosen["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"

@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
 from dpicl import liveness
 from dpicl.storage.db import is_file_target
 
@@ -136,17 +138,11 @@ def _write_holder(handle) -> None:
 def _file_lock(lock_path: Path, on_wait: Callable[[str], None]) -> Iterator[None]:
     # opened without truncating: the current holder's record stays readable until we hold the lock
     with open(lock_path, "a+b") as handle:
-        next_message = 0.0
-        while True:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= next_message:
-                    on_wait(f"waiting for the writer lock {lock_path.name} ({describe_holder(lock_path)}); "
-                            "it is freed when that process ends, also when it is killed")
-                    next_message = time.monotonic() + WAIT_LOG_SECONDS
-                time.sleep(_POLL_SECONDS)
+        waiting = _now_and_then(lambda: on_wait(
+            f"waiting for the writer lock {lock_path.name} ({describe_holder(lock_path)}); it is freed when that "
+            "process ends, also when it is killed"))
+        Retrying(retry=retry_if_exception_type(BlockingIOError), wait=wait_fixed(_POLL_SECONDS), before_sleep=waiting,
+                 reraise=True)(fcntl.flock, handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         try:
             _write_holder(handle)
             yield
@@ -164,22 +160,29 @@ def wait_until_openable(db_path: str | os.PathLike, timeout_seconds: float = DEF
     from dpicl.storage.db import DatabaseLockedError, connect
 
     path = Path(db_path)
-    deadline = time.monotonic() + timeout_seconds
-    next_message = 0.0
-    while True:
-        if not path.exists():
-            return
-        try:
+
+    def try_open() -> None:
+        if path.exists():  # a missing file is created by the flow
             # read-write, as the flow will open it; migrations are idempotent and would be applied by it anyway
             connect(path).close()
-            return
-        except DatabaseLockedError:
-            if time.monotonic() >= deadline:
-                raise
-            if on_wait is not None and time.monotonic() >= next_message:
-                on_wait(f"waiting for another process to release {path.name}")
-                next_message = time.monotonic() + WAIT_LOG_SECONDS
-            time.sleep(_POLL_SECONDS)
+
+    waiting = _now_and_then(lambda: on_wait and on_wait(f"waiting for another process to release {path.name}"))
+    Retrying(retry=retry_if_exception_type(DatabaseLockedError), wait=wait_fixed(_POLL_SECONDS),
+             stop=stop_after_delay(timeout_seconds), before_sleep=waiting, reraise=True)(try_open)
+
+
+def _now_and_then(say: Callable[[], object]) -> Callable[[object], None]:
+    """A tenacity `before_sleep` that calls `say()` before the first wait and then at most every
+    WAIT_LOG_SECONDS."""
+    next_time = 0.0
+
+    def before_sleep(_state) -> None:
+        nonlocal next_time
+        if time.monotonic() >= next_time:
+            say()
+            next_time = time.monotonic() + WAIT_LOG_SECONDS
+
+    return before_sleep
 
 
 def _logger():

@@ -19,7 +19,6 @@ import logging
 import os
 import random
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -205,36 +204,44 @@ class OpenAIBackend(TokenizerText):
     # ------------------------------------------------------------ requests
 
     def _post(self, body: dict) -> dict:
-        """One request with retries on transient failures; the parsed JSON response."""
+        """One request, retried on transient failures with exponential back-off and jitter (tenacity); the parsed
+        JSON response."""
+        from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+
+        def backoff(state) -> float:
+            delay = min(self.max_backoff, self.backoff * 2 ** (state.attempt_number - 1)
+                        * random.uniform(1.0, 1.25))  # jitter: no herds
+            retry_after = state.outcome.exception().retry_after
+            return delay if retry_after is None else max(delay, min(retry_after, self.max_backoff))
+
+        def say(state) -> None:
+            log.warning("%s from %s; retrying in %.2f s (attempt %d of %d)", state.outcome.exception().why, self.url,
+                        state.next_action.sleep, state.attempt_number + 1, self.max_retries + 1)
+
+        retrying = Retrying(retry=retry_if_exception_type(_Transient), stop=stop_after_attempt(self.max_retries + 1),
+                            wait=backoff, before_sleep=say, reraise=True)
+        try:
+            return retrying(self._post_once, body)
+        except _Transient as err:
+            raise OpenAICompatError(f"{err.why} from {self.url}; gave up after {self.max_retries + 1} attempts") \
+                from None
+
+    def _post_once(self, body: dict) -> dict:
         import httpx
 
-        attempt = 0
-        while True:
-            try:
-                try:
-                    response = self._client.post(self.url, json=body)
-                except httpx.TransportError as err:  # connection refused/reset, timeouts, broken responses
-                    raise _Transient(type(err).__name__) from None
-                status = response.status_code
-                if status == 429 or status >= 500:
-                    raise _Transient(f"HTTP {status}", _retry_after(response))
-                if status >= 400:
-                    raise OpenAICompatError(f"HTTP {status} from {self.url} (not retried: a client error)", status)
-                try:
-                    return response.json()
-                except ValueError:
-                    raise OpenAICompatError(f"the response from {self.url} is not JSON (HTTP {status})") from None
-            except _Transient as err:
-                if attempt >= self.max_retries:
-                    raise OpenAICompatError(f"{err.why} from {self.url}; gave up after {attempt + 1} attempts") \
-                        from None
-                delay = min(self.max_backoff, self.backoff * 2**attempt * random.uniform(1.0, 1.25))  # jitter: no herds
-                if err.retry_after is not None:
-                    delay = max(delay, min(err.retry_after, self.max_backoff))
-                log.warning("%s from %s; retrying in %.2f s (attempt %d of %d)", err.why, self.url, delay,
-                            attempt + 2, self.max_retries + 1)
-                time.sleep(delay)
-                attempt += 1
+        try:
+            response = self._client.post(self.url, json=body)
+        except httpx.TransportError as err:  # connection refused/reset, timeouts, broken responses
+            raise _Transient(type(err).__name__) from None
+        status = response.status_code
+        if status == 429 or status >= 500:
+            raise _Transient(f"HTTP {status}", _retry_after(response))
+        if status >= 400:
+            raise OpenAICompatError(f"HTTP {status} from {self.url} (not retried: a client error)", status)
+        try:
+            return response.json()
+        except ValueError:
+            raise OpenAICompatError(f"the response from {self.url} is not JSON (HTTP {status})") from None
 
     def _map(self, fn: Callable[[int], Any], n: int, *, progress: bool = False, what: str = "requests") -> list:
         """`fn(i)` for i in range(n), at most `max_concurrency` at a time; results in input order."""

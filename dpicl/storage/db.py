@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,14 +96,10 @@ def connect(path: str | Path | None = None, read_only: bool = False, wait_second
     """Open the database (default `default_db_path()`; ":memory:" allowed; a `postgresql://` URL opens
     PostgreSQL) with its schema up to date. `wait_seconds`: how long to retry while another process holds the
     DuckDB file (a flow's task holds it for moments; a CLI reader too) before DatabaseLockedError."""
-    deadline = time.monotonic() + wait_seconds
-    while True:
-        try:
-            return _connect(path, read_only)
-        except DatabaseLockedError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.2)
+    from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+    return Retrying(retry=retry_if_exception_type(DatabaseLockedError), wait=wait_fixed(0.2),
+                    stop=stop_after_delay(wait_seconds), reraise=True)(_connect, path, read_only)
 
 
 def _connect(path: str | Path | None, read_only: bool):

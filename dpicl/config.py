@@ -340,6 +340,8 @@ def load_config(name_or_path: str | Path) -> Config:
 def _problem(error: dict) -> str:
     """One validation error as `where: what` (no `where` for the config as a whole, no pydantic prefix)."""
     message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "not a setting here (a misspelling? `dpicl methods` lists each method's settings)"
     where = ".".join(map(str, error["loc"]))
     return f"{where}: {message}" if where else message
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dpicl.inference.models import resolve_encoder
-from dpicl.progress import shown, silence_library_bars
+from dpicl.progress import shown, silence_library_bars, track
 
 
 class Encoder:
@@ -66,13 +66,14 @@ class Encoder:
             raise TypeError("texts must be a sequence of strings, not a string")
         if len(texts) == 0:
             return np.zeros((0, self._dim), dtype=np.float32)
-        vectors = self._model.encode(
-            list(texts),
-            # One text per forward pass: its own shape, no padding (sentence-transformers pads a batch to its
-            # longest text), so its vector is a function of that text alone.
-            batch_size=1 if self.batch_invariant else self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=progress and shown(),  # a terminal only (dpicl.progress)
-        )
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+        # One text per forward pass: its own shape, no padding (sentence-transformers pads a batch to its
+        # longest text), so its vector is a function of that text alone.
+        batch = 1 if self.batch_invariant else self.batch_size
+        texts = list(texts)
+        # our one progress display (dpicl.progress), over chunks of whole batches
+        chunk = batch * 32 if progress and shown() else len(texts)
+        parts = [self._model.encode(texts[i:i + chunk], batch_size=batch, normalize_embeddings=True,
+                                    convert_to_numpy=True, show_progress_bar=False)
+                 for i in track(range(0, len(texts), chunk), "embed", total=-(-len(texts) // chunk),
+                                enabled=progress)]
+        return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)

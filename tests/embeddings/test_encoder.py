@@ -77,3 +77,16 @@ def test_batched_encoding_depends_on_the_batch(encoder):
         encoder.batch_invariant = True
     assert short.tobytes() != long.tobytes()
     np.testing.assert_allclose(short, long, atol=1e-5, rtol=0)  # only the last bits
+
+
+def test_the_progress_bar_path_encodes_the_same_vectors(encoder, monkeypatch):
+    """On a terminal the texts are encoded in chunks under our progress bar: each vector is still a function of its
+    own text (batch-invariant), so the result is the one of a single call."""
+    from dpicl.embeddings import encoder as encoder_module
+
+    texts = [f"support ticket number {i} about a router" for i in range(40)]
+    plain = encoder.encode(texts, progress=True)  # not a terminal here: one call
+    monkeypatch.setattr(encoder_module, "shown", lambda: True)
+    monkeypatch.setattr("dpicl.progress.shown", lambda: True)
+    chunked = encoder.encode(texts, progress=True)
+    np.testing.assert_array_equal(chunked, plain)

@@ -27,9 +27,10 @@ def _require_data(con, cfg: Config) -> None:
         _require_kind(con, cfg.public_dataset, "public_dataset", "public")
 
 
-def check_answer(con, cfg: Config) -> int:
+def check_answer(con, cfg: Config, *, plan: bool = True) -> int:
     """Raise if an `answer_backlog` run of `cfg` cannot start; else how many queries it could claim now (0: nothing
-    pending, which is not an error)."""
+    pending, which is not an error). `plan=False` leaves out the budget and plan check (the flow's first task,
+    open-run, makes it anyway)."""
     from dpicl.tasks.run import checked_plan
 
     if methods.get(cfg.method.name).kind == "synthesis":
@@ -37,7 +38,8 @@ def check_answer(con, cfg: Config) -> int:
                          "(`dpicl synthesize CONFIG`); answer with them by a config whose method is synthetic-icl")
     require_backlog(con, cfg.backlog)
     _require_data(con, cfg)
-    checked_plan(con, cfg)  # the budget is open, and the plan fits it and composes with what it holds
+    if plan:
+        checked_plan(con, cfg)  # the budget is open, and the plan fits it and composes with what it holds
     return claimable_count(con, cfg.backlog)
 
 

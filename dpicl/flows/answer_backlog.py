@@ -48,7 +48,8 @@ def answer_backlog(config: str = "demo", db: str | None = None, max_queries: int
     cfg = context.config(config_path)
     with database_writer(db_path):
         with context.database(db_path) as con:
-            claimable = check_answer(con, cfg)  # what the run needs, before any work (dpicl.preflight)
+            # what the run needs, before any work (dpicl.preflight); open-run, the first task, checks the plan
+            claimable = check_answer(con, cfg, plan=False)
             if not claimable:  # a scheduled run on a drained backlog: one line, no run opened
                 get_run_logger().info(nothing_pending(con, cfg.backlog))
                 return {"run_id": None, "answered": 0, "refused_budget": 0, "pending": 0,

@@ -65,7 +65,10 @@ def check_synthesis(con, cfg: Config) -> None:
         raise ValueError(f"`dpicl synthesize` needs a method that writes demonstrations ({', '.join(synthesizers)}) "
                          "and a `synthetic` section in the config")
     if cfg.task.type not in method.synthesis_task_types:
-        raise ValueError(f"{method.name} synthesizes {', '.join(method.synthesis_task_types)} demonstrations only")
+        others = [m.name for m in methods.all_methods() if hasattr(m, "synthesis_plan") and m.name != method.name
+                  and cfg.task.type in m.synthesis_task_types]
+        raise ValueError(f"{method.name} synthesizes {', '.join(method.synthesis_task_types)} demonstrations only; "
+                         f"use one of {', '.join(others)} for this task")
     _require_data(con, cfg)
     require_budget(con, cfg.private_dataset)
     check_new_dataset(con, cfg.synthetic.name)

@@ -10,9 +10,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from dpicl.config import resolve_config_path
 from dpicl.flows.locking import database_writer
-from dpicl.preflight import check_synthesis
 from dpicl.storage.db import default_db_path
-from dpicl.tasks import context
 from dpicl.tasks.synthesize import synthesize
 
 
@@ -21,9 +19,7 @@ def synthesize_demos(config: str, db: str | None = None) -> dict:
     """Write the config's `synthetic.name` dataset; returns its name, size and the ε charged."""
     config_path, db_path = str(resolve_config_path(config)), str(db or default_db_path())
     with database_writer(db_path):
-        with context.database(db_path) as con:
-            check_synthesis(con, context.config(config_path))  # what the run needs, before any work
-        result = synthesize(config_path, db_path)
+        result = synthesize(config_path, db_path)  # checks what the run needs first (dpicl.preflight)
     create_markdown_artifact(
         "\n".join([
             f"### DP synthetic demonstrations `{result['dataset']}`",

@@ -16,6 +16,7 @@ from dpicl import methods
 from dpicl.config import Config
 from dpicl.inference.base import require
 from dpicl.planning import for_people
+from dpicl.preflight import check_synthesis
 from dpicl.privacy.accounting.guard import require_paid
 from dpicl.privacy.rng import make_rng
 from dpicl.progress import track
@@ -43,10 +44,6 @@ def _pools(cfg: Config, records: list) -> dict[str | None, list]:
 
 
 def _public_inputs(con, cfg: Config, count: int) -> list[str]:
-    dataset = get_dataset(con, cfg.public_dataset)
-    if dataset["kind"] != "public":
-        raise ValueError(f"public_dataset {cfg.public_dataset!r} was ingested as {dataset['kind']!r}; synthetic "
-                         "demonstrations answer inputs of a dataset ingested with kind public")
     inputs = [r.input for r in load_records(con, cfg.public_dataset)][:count]
     if len(inputs) < count:
         raise ValueError(f"public dataset {cfg.public_dataset!r} has {len(inputs)} inputs; {count} needed (lower "
@@ -68,21 +65,16 @@ def synthesize(config_path: str, db_path: str) -> dict:
     cfg = context.config(config_path)
     m, syn = cfg.method, cfg.synthetic
     method = methods.get(m.name)
-    synthesizers = [x.name for x in methods.all_methods() if hasattr(x, "synthesis_plan")]
-    if not hasattr(method, "synthesis_plan") or syn is None:
-        raise ValueError(f"synthesize_demos needs a method that writes demonstrations ({', '.join(synthesizers)}) "
-                         "and a `synthetic` section")
+    with context.database(db_path) as con:
+        check_synthesis(con, cfg)  # the method, the task type, the datasets' kinds, the budget, the new name
     backend = context.backend(cfg)
     require(backend, "next_token_logprobs")
     run_id = uuid.uuid4().hex
     with context.database(db_path) as con:
-        check_new_dataset(con, syn.name)
+        check_new_dataset(con, syn.name)  # again: the name may have been taken while the model loaded
         budget = require_budget(con, cfg.private_dataset)
         dataset = get_dataset(con, cfg.private_dataset)
         pools = _pools(cfg, load_records(con, cfg.private_dataset))
-        if cfg.task.type not in method.synthesis_task_types:
-            raise ValueError(f"{m.name} synthesizes {', '.join(method.synthesis_task_types)} demonstrations only; "
-                             f"use one of {', '.join(x for x in synthesizers if x != m.name)} for this task")
         inputs = _public_inputs(con, cfg, m.demos) if cfg.task.type != "classification" else []
         plan, event = method.synthesis_plan(cfg, pools, syn.epsilon or budget.epsilon, budget.delta)
         flow_run_id = runtime.flow_run.id

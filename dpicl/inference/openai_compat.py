@@ -1,9 +1,12 @@
 """The `openai` backend: any OpenAI-compatible server (e.g. `vllm serve`) through `/v1/completions`.
 
-A batch is sent as concurrent requests, one prompt each, at most `max_concurrency` in flight (the server batches
-what arrives together); outputs come back in input order. Transient failures (connection errors, timeouts,
-HTTP 429 and 5xx) are retried with exponential back-off; any other 4xx fails at once. Prompts and outputs are
-private text: errors name counts, status codes and the URL, never a prompt, an output or a response body.
+Requests go through the official `openai` SDK: its client sends them, retries transient failures (connection
+errors, timeouts, HTTP 408, 409, 429 and 5xx) with exponential back-off (0.5 s doubling to 8 s, with jitter; a
+`Retry-After` header wins) and fails at once on any other 4xx. A batch is sent as concurrent requests, one prompt
+each (each needs its own seed), at most `max_concurrency` in flight (the server batches what arrives together);
+outputs come back in input order. vLLM's own request fields go in the SDK's `extra_body`. Prompts and outputs are
+private text: errors name counts, status codes and the URL, never a prompt, an output or a response body (the
+SDK's own errors quote the body, so none of them leaves this module).
 
 `label_logprobs` and `next_token_logprobs` need a server that returns the log-probabilities of chosen tokens
 (`logprob_token_ids`, vLLM) or of the full vocabulary (`logprobs=-1` with `return_tokens_as_token_ids`; vLLM
@@ -17,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +43,10 @@ DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 DEFAULT_API_KEY_ENV = "DPICL_OPENAI_API_KEY"
 # vLLM's cap on `logprob_token_ids` (vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS); wider selections use the full row.
 MAX_SELECTED_IDS = 128
+# the request fields `client.completions.create` takes by name; the rest (vLLM's) travel in `extra_body`
+SDK_FIELDS = frozenset({"model", "prompt", "max_tokens", "n", "temperature", "top_p", "seed", "stop", "logprobs"})
+# statuses the SDK retries below 500: a failure with one of them means it gave up
+RETRIED_STATUSES = frozenset({408, 409, 429})
 
 
 # ---------------------------------------------------------------- helpers shared with the vllm backend
@@ -130,20 +136,12 @@ class OpenAICompatError(RuntimeError):
         self.status = status
 
 
-class _Transient(Exception):
-    """A failure worth another attempt; `why` is safe to show (a status code or an exception class name)."""
-
-    def __init__(self, why: str, retry_after: float | None = None) -> None:
-        super().__init__(why)
-        self.why = why
-        self.retry_after = retry_after
-
-
 class OpenAIBackend(TokenizerText):
     """Completions from an OpenAI-compatible server at `base_url` (ending in `/v1`), model name `model` as the
     server knows it (`vllm serve DIR --served-model-name smollm2`).
 
-    The API key is read from the environment variable `api_key_env` (never from config; no key, no header).
+    The API key is read from the environment variable `api_key_env` (never from config, never from
+    `OPENAI_API_KEY`: a key for OpenAI's service must not travel to a self-hosted server; no key, no header).
     `device`, `dtype`, `threads` and `batch_size` are the server's business and accepted only so that one config
     can switch backends. `tokenizer` (a local model directory or an embedded name) is loaded on first use by the
     log-probability methods.
@@ -164,10 +162,7 @@ class OpenAIBackend(TokenizerText):
         timeout: float = 120.0,
         max_concurrency: int = 8,
         max_retries: int = 4,
-        backoff: float = 0.5,
-        max_backoff: float = 30.0,
         tokenizer: str | None = None,
-        transport: Any = None,
         device: str = "auto",
         dtype: str = "float32",
         threads: int | None = None,
@@ -175,73 +170,55 @@ class OpenAIBackend(TokenizerText):
         batch_invariant: bool = True,
     ) -> None:
         refuse_batch_dependence("openai", batch_invariant)
-        import httpx
+        from openai import Omit, OpenAI
 
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        if timeout <= 0 or backoff < 0 or max_backoff < 0:
-            raise ValueError("timeout must be > 0 and backoff, max_backoff >= 0")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/completions"
         self.max_concurrency = max_concurrency
         self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
         self._tokenizer_spec = tokenizer or model
         self._tokenizer = None
         self._tokenizer_lock = threading.Lock()
         self._vocab_size: int | None = None
-        key = os.environ.get(api_key_env)
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.Client(
-            headers=headers, timeout=httpx.Timeout(timeout), transport=transport,
-            limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency))
+        key = os.environ.get(api_key_env, "")
+        # The key is given as a provider (a callable), so the SDK accepts an empty one instead of reading
+        # OPENAI_API_KEY; an empty admin key stops it reading OPENAI_ADMIN_KEY. Without a key every request omits
+        # the header (the SDK wants that said per request).
+        self._client = OpenAI(api_key=lambda: key, admin_api_key="", base_url=self.base_url, timeout=timeout,
+                              max_retries=max_retries)
+        self._headers = None if key else {"Authorization": Omit()}
         self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(max_concurrency, thread_name_prefix="dpicl-openai")
 
     # ------------------------------------------------------------ requests
 
     def _post(self, body: dict) -> dict:
-        """One request, retried on transient failures with exponential back-off and jitter (tenacity); the parsed
-        JSON response."""
-        from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+        """One completion request (the SDK retries transient failures); the response as a plain dict, vLLM's extra
+        fields (`stop_reason`, token-id keys) included. Fields the SDK does not know go in `extra_body`."""
+        import openai
 
-        def backoff(state) -> float:
-            delay = min(self.max_backoff, self.backoff * 2 ** (state.attempt_number - 1)
-                        * random.uniform(1.0, 1.25))  # jitter: no herds
-            retry_after = state.outcome.exception().retry_after
-            return delay if retry_after is None else max(delay, min(retry_after, self.max_backoff))
-
-        def say(state) -> None:
-            log.warning("%s from %s; retrying in %.2f s (attempt %d of %d)", state.outcome.exception().why, self.url,
-                        state.next_action.sleep, state.attempt_number + 1, self.max_retries + 1)
-
-        retrying = Retrying(retry=retry_if_exception_type(_Transient), stop=stop_after_attempt(self.max_retries + 1),
-                            wait=backoff, before_sleep=say, reraise=True)
+        known = {k: v for k, v in body.items() if k in SDK_FIELDS}
+        extra = {k: v for k, v in body.items() if k not in SDK_FIELDS}
         try:
-            return retrying(self._post_once, body)
-        except _Transient as err:
-            raise OpenAICompatError(f"{err.why} from {self.url}; gave up after {self.max_retries + 1} attempts") \
-                from None
-
-    def _post_once(self, body: dict) -> dict:
-        import httpx
-
-        try:
-            response = self._client.post(self.url, json=body)
-        except httpx.TransportError as err:  # connection refused/reset, timeouts, broken responses
-            raise _Transient(type(err).__name__) from None
-        status = response.status_code
-        if status == 429 or status >= 500:
-            raise _Transient(f"HTTP {status}", _retry_after(response))
-        if status >= 400:
-            raise OpenAICompatError(f"HTTP {status} from {self.url} (not retried: a client error)", status)
-        try:
-            return response.json()
-        except ValueError:
-            raise OpenAICompatError(f"the response from {self.url} is not JSON (HTTP {status})") from None
+            return self._client.completions.create(**known, extra_body=extra or None,
+                                                  extra_headers=self._headers).model_dump()
+        except openai.APIStatusError as err:  # its message quotes the response body: never shown
+            status = err.status_code
+            if status in RETRIED_STATUSES or status >= 500:
+                raise OpenAICompatError(f"HTTP {status} from {self.url}; gave up after {self.max_retries + 1} "
+                                        "attempts", status) from None
+            raise OpenAICompatError(f"HTTP {status} from {self.url} (not retried: a client error)", status) from None
+        except openai.APIConnectionError as err:  # timeouts included
+            raise OpenAICompatError(f"{type(err).__name__} from {self.url}; gave up after {self.max_retries + 1} "
+                                    "attempts") from None
+        except openai.APIResponseValidationError:
+            raise OpenAICompatError(f"the response from {self.url} is not a completion") from None
 
     def _map(self, fn: Callable[[int], Any], n: int, *, progress: bool = False, what: str = "requests") -> list:
         """`fn(i)` for i in range(n), at most `max_concurrency` at a time; results in input order."""
@@ -397,13 +374,6 @@ class OpenAIBackend(TokenizerText):
             self._pool.shutdown(wait=True)
             self._pool = None
         self._client.close()
-
-
-def _retry_after(response) -> float | None:
-    try:
-        return max(0.0, float(response.headers.get("retry-after", "")))
-    except ValueError:
-        return None
 
 
 def _first_choice(payload: dict, url: str) -> dict:

@@ -35,7 +35,7 @@ from dpicl.inference.openai_compat import (
     row_seeds,
     stopped_in_leading_whitespace,
 )
-from dpicl.progress import shown
+from dpicl.progress import shown, track
 
 # Measured (docs/STACK.md): with one OpenMP thread the in-process CPU engine starts in ~5 s, else 10x slower.
 DEFAULT_CPU_THREADS = 1
@@ -43,6 +43,8 @@ DEFAULT_CPU_THREADS = 1
 # and each step of `next_token_logprobs` recomputes up to 127 tokens. 32 is the smallest size the CPU attention
 # kernels prefer (multiples of 32).
 CPU_BLOCK_SIZE = 32
+# prompts per engine call under a progress bar (a terminal only): vLLM's default cap of sequences per step
+PROGRESS_CHUNK = 256
 
 
 def configure_environment(cpu: bool, threads: int | None = None) -> dict[str, str]:
@@ -179,7 +181,13 @@ class VLLMBackend(TokenizerText):
 
     def _run(self, token_rows: list[list[int]], params: list, progress: bool = False) -> list:
         prompts = [self._vllm.TokensPrompt(prompt_token_ids=row) for row in token_rows]
-        return self.llm.generate(prompts, params, use_tqdm=progress and shown())  # a terminal only
+        if not (progress and shown()):
+            return self.llm.generate(prompts, params, use_tqdm=False)
+        # On a terminal: our one progress display (dpicl.progress), not vLLM's tqdm, over chunks big enough to
+        # keep the engine's batches full (vLLM schedules at most 256 sequences a step by default).
+        chunk = PROGRESS_CHUNK
+        return [out for i in track(range(0, len(prompts), chunk), "generate", total=-(-len(prompts) // chunk))
+                for out in self.llm.generate(prompts[i:i + chunk], params[i:i + chunk], use_tqdm=False)]
 
     # ------------------------------------------------------------ generate
 

@@ -106,7 +106,7 @@ class FakeServer:
             attempt = self.attempts[key]
             self.arrivals[key].append(time.monotonic())
             self.bodies.append(body)
-            self.headers.append(dict(handler.headers))
+            self.headers.append({k.lower(): v for k, v in handler.headers.items()})  # names are case-blind
         if self.jitter:
             time.sleep(random.uniform(0, self.jitter))
         word = key.split(" ", 1)[0]

@@ -1,7 +1,7 @@
 """The openai backend against a fake in-process OpenAI-compatible server (tests/inference/fake_openai.py): input
-order under bounded concurrency, retries with exponential back-off on transient failures only, stops in leading
-whitespace, log-probabilities by token id, a clear error where the server lacks them, and errors and logs that
-never hold prompt text or the API key."""
+order under bounded concurrency, retries (the openai SDK's) with exponential back-off on transient failures only,
+stops in leading whitespace, log-probabilities by token id, a clear error where the server lacks them, and errors
+and logs that never hold prompt text or the API key (nor a key meant for OpenAI's own service)."""
 
 import logging
 
@@ -24,7 +24,7 @@ def server():
 
 
 def backend_for(server: FakeServer, **kwargs) -> OpenAIBackend:
-    kwargs = {"backoff": 0.02, "max_backoff": 1.0, "timeout": 5.0, "batch_invariant": False, **kwargs}
+    kwargs = {"timeout": 5.0, "batch_invariant": False, **kwargs}
     return load_backend("openai", model="fake-model", base_url=server.base_url, **kwargs)
 
 
@@ -95,15 +95,14 @@ def test_seeds_differ_per_prompt_and_repeat_per_call():
 
 @pytest.mark.parametrize("status", [500, 502, 503, 429])
 def test_transient_statuses_are_retried_with_exponential_backoff(server, status):
-    backend = backend_for(server, backoff=0.05, max_retries=4)
-    prompt = f"fail-{status}-3 {SECRET}"
+    backend = backend_for(server, max_retries=4)
+    prompt = f"fail-{status}-2 {SECRET}"
     assert backend.generate([prompt, "fine"], GenerationParams(stop=("\n",))) == [f"ECHO({prompt})", "ECHO(fine)"]
-    assert server.attempts[prompt] == 4
-    times = server.arrivals[prompt]
-    gaps = np.diff(times)
-    for i, gap in enumerate(gaps):  # 0.05, 0.1, 0.2 s at least (plus up to 25 % jitter)
-        assert gap >= 0.05 * 2**i * 0.95
-    assert gaps[2] > 1.5 * gaps[0]
+    assert server.attempts[prompt] == 3
+    gaps = np.diff(server.arrivals[prompt])
+    for i, gap in enumerate(gaps):  # the SDK's 0.5 s, then 1 s, less up to 25 % jitter
+        assert gap >= 0.5 * 2**i * 0.75 * 0.95
+    assert gaps[1] > 1.4 * gaps[0]
 
 
 def test_broken_connections_and_timeouts_are_retried(server):
@@ -127,36 +126,38 @@ def test_client_errors_are_not_retried_and_hide_the_prompt(server, caplog):
 
 
 def test_giving_up_names_attempts_and_status_not_the_prompt(server, caplog):
-    backend = backend_for(server, max_retries=2, backoff=0.01)
+    backend = backend_for(server, max_retries=1)
     with caplog.at_level(logging.DEBUG), pytest.raises(OpenAICompatError) as err:
         backend.generate([f"fail-503-9 {SECRET}"], GenerationParams())
     message = chain_text(err.value)
-    assert "HTTP 503" in message and "3 attempts" in message and SECRET not in message
-    assert "retrying" in caplog.text and SECRET not in caplog.text
+    assert "HTTP 503" in message and "2 attempts" in message and SECRET not in message
+    assert "Retrying request" in caplog.text and SECRET not in caplog.text
 
 
 def test_an_unreachable_server_fails_after_retries(server):
     url = server.base_url
     server.__exit__()  # nothing listens there any more
-    backend = load_backend("openai", model="m", base_url=url, backoff=0.01, max_retries=2, timeout=2.0,
-                           batch_invariant=False)
+    backend = load_backend("openai", model="m", base_url=url, max_retries=1, timeout=2.0, batch_invariant=False)
     with pytest.raises(OpenAICompatError) as err:
         backend.generate([SECRET], GenerationParams())
     message = chain_text(err.value)
-    assert "ConnectError" in message and "3 attempts" in message and url in message and SECRET not in message
+    assert "APIConnectionError" in message and "2 attempts" in message and url in message and SECRET not in message
 
 
 def test_api_key_from_the_environment_only(server, monkeypatch, caplog):
     monkeypatch.setenv("MY_KEY_VAR", "sk-test-123")
     backend = backend_for(server, api_key_env="MY_KEY_VAR", max_retries=1)
     backend.generate(["x"], GenerationParams())
-    assert server.headers[-1]["Authorization"] == "Bearer sk-test-123"
+    assert server.headers[-1]["authorization"] == "Bearer sk-test-123"
     with caplog.at_level(logging.DEBUG), pytest.raises(OpenAICompatError) as err:
         backend.generate(["fail-500-9 y"], GenerationParams())
     assert "sk-test-123" not in chain_text(err.value) and "sk-test-123" not in caplog.text
     monkeypatch.delenv("MY_KEY_VAR")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-for-openai-only")  # never sent to another server
+    monkeypatch.setenv("OPENAI_ADMIN_KEY", "sk-admin-for-openai-only")
     backend_for(server, api_key_env="MY_KEY_VAR").generate(["x"], GenerationParams())
-    assert "Authorization" not in server.headers[-1]
+    assert "authorization" not in server.headers[-1]
+    assert not any("for-openai-only" in value for value in server.headers[-1].values())
 
 
 def test_config_selects_and_configures_the_backend(server):

@@ -77,6 +77,20 @@ def test_batch_equals_one_by_one_in_input_order(vllm_backend):
     assert vllm_backend.generate(PROMPTS + PROMPTS[:2], params) == alone + alone[:2]
 
 
+def test_on_a_terminal_the_progress_chunks_change_nothing(vllm_backend, monkeypatch):
+    from dpicl.inference import vllm as vllm_module
+
+    params = GenerationParams(max_new_tokens=12)
+    plain = vllm_backend.generate(PROMPTS, params, progress=True)  # not a terminal: one engine call
+    calls = []
+    generate = vllm_backend.llm.generate
+    monkeypatch.setattr(vllm_module, "shown", lambda: True)
+    monkeypatch.setattr(vllm_module, "PROGRESS_CHUNK", 2)
+    monkeypatch.setattr(vllm_backend.llm, "generate", lambda *a, **k: calls.append(k) or generate(*a, **k))
+    assert vllm_backend.generate(PROMPTS, params, progress=True) == plain
+    assert len(calls) == -(-len(PROMPTS) // 2) and not any(k["use_tqdm"] for k in calls)  # our bar, not vLLM's
+
+
 def test_max_new_tokens_bounds_output(vllm_backend):
     short = vllm_backend.generate([LIST], GenerationParams(max_new_tokens=3))[0]
     longer = vllm_backend.generate([LIST], GenerationParams(max_new_tokens=24))[0]

@@ -39,7 +39,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,6 +189,7 @@ def start_server(host: str, port: int, prefect_home: Path,
     this from a thread that outlives the server's use.
     """
     import httpx
+    from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
     check_bind(host, allow_remote)
     if port_in_use(host, port):
@@ -210,21 +210,25 @@ def start_server(host: str, port: int, prefect_home: Path,
         start_new_session=True,  # Ctrl-C reaches us only; we stop the server after the runner
     )
     server = LocalServer(process, api_url, base, log_path, log_handle, auth)
+
+    def healthy() -> bool:
+        if process.poll() is not None:
+            raise ServeError(f"the Prefect server exited during start-up (code {process.returncode}); its "
+                             f"log {log_path} ends with:\n{server.log_tail()}")
+        try:
+            return httpx.get(f"{api_url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     try:
-        deadline = time.monotonic() + health_timeout
-        while True:
-            if process.poll() is not None:
-                raise ServeError(f"the Prefect server exited during start-up (code {process.returncode}); its "
-                                 f"log {log_path} ends with:\n{server.log_tail()}")
-            try:
-                if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
-                    return server
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise ServeError(f"the Prefect server did not answer {api_url}/health within "
-                                 f"{health_timeout:.0f} s; its log {log_path} ends with:\n{server.log_tail()}")
-            time.sleep(0.5)
+        Retrying(retry=retry_if_result(lambda ok: not ok), wait=wait_fixed(0.5),
+                 stop=stop_after_delay(health_timeout))(healthy)
+        return server
+    except RetryError:
+        error = ServeError(f"the Prefect server did not answer {api_url}/health within {health_timeout:.0f} s; "
+                           f"its log {log_path} ends with:\n{server.log_tail()}")
+        server.stop()
+        raise error from None
     except BaseException:  # also Ctrl-C / SIGTERM while waiting: never leave the server behind
         server.stop()
         raise

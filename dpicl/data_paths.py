@@ -18,8 +18,10 @@ _VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 
 def data_path(written: str, folder: Path) -> str:
     """A config's data path as a file path: `$VAR` / `${VAR}` from the environment (or PATH_DEFAULTS), `~` the
-    home folder, relative to the config's own `folder`. A path naming a variable that is not set stays as written,
-    so the config still loads (e.g. for `dpicl plan`) and ingesting it says which variable to set."""
+    home folder, relative to the config's own `folder`. A variable that opens the path and holds a relative path
+    is relative to the current folder, as in a shell (`DPICL_DATA=./data dpicl ingest …`). A path naming a variable
+    that is not set stays as written, so the config still loads (e.g. for `dpicl plan`) and ingesting it says which
+    variable to set."""
     unset = False
 
     def value(match: re.Match) -> str:
@@ -27,7 +29,9 @@ def data_path(written: str, folder: Path) -> str:
         name = match.group(1) or match.group(2)
         found = os.environ.get(name) or PATH_DEFAULTS.get(name)
         unset = unset or found is None
-        return found if found is not None else match.group(0)
+        if found is None:
+            return match.group(0)
+        return os.path.abspath(os.path.expanduser(found)) if match.start() == 0 else found
 
     expanded = _VARIABLE.sub(value, written)
     return written if unset else str((folder / Path(expanded).expanduser()).resolve())

@@ -98,6 +98,11 @@ def test_data_paths_expand_variables_and_home_and_are_relative_to_the_config(tmp
     assert [s.path for s in load_config(config).data] == [
         str(tmp_path / "data" / "a.jsonl"), str(tmp_path / "home" / "b.jsonl"), str(tmp_path / "c.jsonl"),
         "$NOT_SET_HERE/d.jsonl"]  # loads (plan, answer need no data files); ingesting it names the variable
+    # a variable holding a relative path is relative to the current folder, as in a shell, not to the config's
+    monkeypatch.setenv("MY_DATA", "rel-data")
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    assert load_config(config).data[0].path == str(tmp_path / "cwd" / "rel-data" / "a.jsonl")
 
 
 def test_ingesting_a_path_whose_variable_is_not_set_names_the_variable(tmp_path, monkeypatch):

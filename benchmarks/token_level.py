@@ -1,8 +1,8 @@
-"""Token-level private decoding on E2E (papers 000, 002, 003): the time of one token step of each method next to one
-plain batched forward pass of the same sequences, and ROUGE-L at ε ∈ {1, 2, 4} next to zero-shot and
-non-private few-shot.
+"""Token-level private decoding on E2E (papers 000, 002, 003): the time of one token step of each method next to
+plain batched forward passes of the same sequences (KV-cached, and from scratch), and ROUGE-L at ε ∈ {1, 2, 4}
+next to zero-shot and non-private few-shot.
 
-    .venv/bin/python benchmarks/token_level.py --part timing
+    .venv/bin/python benchmarks/token_level.py --part timing --json
     .venv/bin/python benchmarks/token_level.py --part quality --queries 100 [--methods dps-mozo adapmixed dp-fewshot]
 
 Settings come from the bundled configs `e2e-dps-mozo`, `e2e-adapmixed`, `e2e-dp-fewshot` (private pool: valid.txt;
@@ -65,8 +65,10 @@ def rouge_l(answers: list[str], references: list[list[str]]) -> list[float]:
     return [100 * max(scorer.score(r, a)["rougeL"].fmeasure for r in refs) for a, refs in zip(answers, references)]
 
 
-def timing(backend, cfgs, private, key, query: str, steps: int) -> dict[str, dict[str, float]]:
-    """Seconds per token step of each method and of one plain cached batched forward pass of the same sequences."""
+def timing(backend, cfgs, private, key, query: str, steps: int) -> list[dict]:
+    """Milliseconds per token step of each method, side by side with two plain batched forward passes of the same
+    sequences: one that keeps their KV caches (plain decoding: `forward_ms`) and one from scratch (`prefill_ms`,
+    what a method that draws new demonstrations for every token must pay at least)."""
     rng = make_rng()
     demos = [(r.input, r.output) for r in private]
     ids = [r.record_id for r in private]
@@ -109,16 +111,19 @@ def timing(backend, cfgs, private, key, query: str, steps: int) -> dict[str, dic
 
     fixed_mozo = [*one_shot(), zero]
     fixed_few = [*splits(), zero]
-    out = {}
+    rows = []
     for name, fn, sequences in (("dps-mozo", mozo, fixed_mozo), ("adapmixed", mix, [*members, zero]),
                                 ("dp-fewshot", few, fixed_few)):
         method = per_step(fn)
-        plain = per_step(lambda s, seqs=sequences: backend.next_token_logprobs(seqs, s))
-        out[name] = {"sequences": len(sequences), "method_step_s": method, "plain_step_s": plain,
-                     "ratio": method / plain}
-        print(f"{name}: {len(sequences)} sequences, {method:.3f} s per token step vs {plain:.3f} s for one plain "
-              f"batched forward pass ({method / plain:.1f}x)", flush=True)
-    return out
+        forward = per_step(lambda s, seqs=sequences: backend.next_token_logprobs(seqs, s))
+        prefill = per_step(lambda s, seqs=sequences: backend.next_token_logprobs(seqs, s, cache=False))
+        rows.append({"method": name, "sequences": len(sequences), "step_ms": 1000 * method,
+                     "forward_ms": 1000 * forward, "step_ratio": method / forward, "prefill_ms": 1000 * prefill,
+                     "prefill_ratio": method / prefill})
+        print(f"{name}: {len(sequences)} sequences, {1000 * method:.0f} ms per token step vs {1000 * forward:.0f} ms "
+              f"for one plain cached batched forward pass ({method / forward:.2f}x) and {1000 * prefill:.0f} ms for "
+              f"one from scratch ({method / prefill:.2f}x)", flush=True)
+    return rows
 
 
 def quality(backend, cfgs, private, public, key, refs: dict[str, list[str]], n: int, epsilons, methods,
@@ -231,10 +236,13 @@ def main() -> None:
     parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 4.0])
     parser.add_argument("--methods", nargs="+", default=["baselines", "dps-mozo", "adapmixed", "dp-fewshot"])
     parser.add_argument("--timing-steps", type=int, default=8)
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                        help="print one JSON object as the last line (and write it to PATH when given)")
     args = parser.parse_args()
+    # --json alone: one JSON object as the last line of the output; --json PATH: also written to PATH
+    json_path = Path(args.json) if args.json not in (None, "-") else None
     if args.merge:
-        return merge(args.merge, args.json)
+        return merge(args.merge, json_path)
     cfgs = {name: load_config(config) for name, config in CONFIGS.items()}
     backend = context.backend(cfgs["dps-mozo"])
     with tempfile.TemporaryDirectory() as tmp:
@@ -246,16 +254,23 @@ def main() -> None:
     rows: dict[str, dict[str, float]] = {}
 
     def checkpoint(partial):
-        if args.json:
-            args.json.write_text(json.dumps({**meta, "rows": partial, "timings_s": timings}, indent=2))
+        if json_path:
+            json_path.write_text(json.dumps({**meta, "rows": partial, "timings_s": timings}, indent=2))
 
     if args.part in ("timing", "all"):
         meta["timing"] = timing(backend, cfgs, private, key, next(iter(refs)), args.timing_steps)
-    if args.part in ("quality", "all"):
+    if args.part == "timing":
+        rows_of_timing = meta.pop("timing")
+        result = {**meta, "rows": rows_of_timing}
+        if json_path:
+            json_path.write_text(json.dumps(result, indent=2))
+    else:
         rows = quality(backend, cfgs, private, public, key, refs, args.queries, args.epsilons, args.methods,
                        planned, args.members, checkpoint, args.start)
-    report(rows, ["rougeL"], args.json, meta)
-
+        report(rows, ["rougeL"], json_path, meta)
+        result = {**meta, "rows": rows, "timings_s": timings}
+    if args.json:
+        print(json.dumps(result))
 
 if __name__ == "__main__":
     main()

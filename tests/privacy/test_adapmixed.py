@@ -135,6 +135,21 @@ def test_lambda_stays_inside_the_ball_and_mixture_is_a_distribution(case):
     assert symmetric_renyi(p, public, order) <= radius * (1 + 1e-12)
 
 
+@settings(deadline=None, max_examples=80)
+@given(ensembles(), st.integers(0, 2**32 - 1))
+def test_the_fast_divergences_of_the_search_equal_the_general_form(case, seed):
+    private, public, alpha, _ = case
+    order = am.ball_order(alpha)
+    lam = np.random.default_rng(seed).random(len(private))
+    lam[0] = 1.0  # λ = 1 with a member's zero: an infinite divergence
+    with np.errstate(divide="ignore"):
+        log_0 = np.log(public)
+        general = am._log_divergences(np.log(am._mixtures(private, public, lam)), log_0, order)
+    fast = am._mixture_divergences(private, public, log_0, order)(lam, np.arange(len(private)))
+    np.testing.assert_allclose(fast, general, rtol=1e-9, atol=1e-12)
+    assert np.array_equal(np.isinf(fast), np.isinf(general))
+
+
 def test_lambda_is_one_when_member_equals_public():
     p = softmax(np.arange(5.0))
     assert am.choose_lambda(p, p, 1e-6, 18) == 1.0

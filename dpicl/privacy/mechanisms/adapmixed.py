@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -177,15 +178,54 @@ def _log_divergences(log_m: np.ndarray, log_q: np.ndarray, order: float) -> np.n
         both = np.isfinite(log_m) | np.isfinite(log_q)[None, :]
         forward = np.where(both, order * log_m + (1 - order) * log_q[None, :], -np.inf)
         backward = np.where(both, order * log_q[None, :] + (1 - order) * log_m, -np.inf)
-    d = np.maximum(logsumexp(forward, axis=1), logsumexp(backward, axis=1)) / (order - 1)
+    d = np.maximum(_row_logsumexp(forward), _row_logsumexp(backward)) / (order - 1)
     return np.where(np.isnan(d), np.inf, np.maximum(d, 0.0))
 
 
-def choose_lambdas(private, p_0, beta: float, alpha: float, iterations: int = 24) -> np.ndarray:
+def _mixture_divergences(private: np.ndarray, p_0: np.ndarray, log_0: np.ndarray,
+                         order: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """(λ, rows) ↦ D↔_order(mix(p_i, p_0, λ_i) ‖ p_0) for the given rows, for a p_0 without zeros: 5× faster than
+    `_log_divergences` of the mixtures (the search evaluates it several times per token).
+
+    With t = log(m/p_0) = log1p(λ·(p_i/p_0 − 1)), computed once per call, the two directions' exponents are
+    log p_0 + order·t and log p_0 − (order−1)·t (the same sums, without a log of the mixture and two masks).
+    """
+    ratio = private / p_0[None, :] - 1.0  # ≥ −1; finite, as p_0 > 0
+
+    def divergences(lam: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        t = np.multiply(np.asarray(lam, dtype=np.float64)[:, None], ratio[rows])
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            np.log1p(t, out=t)  # −inf where the mixture is 0 (λ = 1 and p_i = 0): D(p_0 ‖ m) = ∞ below
+            forward = order * t
+            forward += log_0
+            t *= -(order - 1)
+            t += log_0
+            d = np.maximum(_row_logsumexp(forward), _row_logsumexp(t)) / (order - 1)
+        return np.where(np.isnan(d), np.inf, np.maximum(d, 0.0))
+
+    return divergences
+
+
+def _row_logsumexp(x: np.ndarray) -> np.ndarray:
+    """log Σ exp per row of `x` (overwritten); ±inf rows handled: +inf anywhere gives +inf, all −inf gives −inf."""
+    top = x.max(axis=1)
+    top = np.where(np.isfinite(top), top, 0.0)
+    x -= top[:, None]
+    np.exp(x, out=x)
+    with np.errstate(divide="ignore"):
+        return np.log(x.sum(axis=1)) + top
+
+
+def choose_lambdas(private, p_0, beta: float, alpha: float, tolerance: float = 2.0**-24) -> np.ndarray:
     """Largest λ_i ∈ [0, 1] with D↔_{2α}(mix(p_i, p_0, λ_i) ‖ p_0) ≤ βα for every member row of ``private`` (N×V):
-    1 when feasible, else the feasible end of a bisection bracket (precision 2^−``iterations``), run for all rows
-    at once. Every returned λ is checked with the shared ``symmetric_renyi``; a row that fails the check by
-    rounding is searched again with it alone."""
+    1 when feasible, else the feasible end of a bracket no wider than ``tolerance`` whose other end is infeasible,
+    searched for all rows at once. Every returned λ is checked with the shared ``symmetric_renyi``; a row that fails
+    the check by rounding is searched again with it alone.
+
+    The search is regula falsi on √D − √(βα) (Illinois: an end kept twice has its value halved) with a bisection
+    every fourth step, so the bracket halves at least that often: D grows like λ² near 0, √D is nearly linear, and
+    a handful of evaluations replace bisection's 25 (each is N×V exps and logs).
+    """
     order = ball_order(alpha)
     radius = _positive("beta", beta) * _order(alpha)
     p_0 = np.asarray(p_0, dtype=np.float64)
@@ -193,19 +233,37 @@ def choose_lambdas(private, p_0, beta: float, alpha: float, iterations: int = 24
     with np.errstate(divide="ignore"):
         log_0 = np.log(p_0)
 
-    def divergences(lam: np.ndarray) -> np.ndarray:
-        with np.errstate(divide="ignore"):
-            return _log_divergences(np.log(_mixtures(private, p_0, lam)), log_0, order)
+    if (p_0 > 0).all():
+        divergences = _mixture_divergences(private, p_0, log_0, order)
+    else:  # a zero in p_0 (a −inf log-probability): the general form, which masks it
+        def divergences(lam: np.ndarray, rows: np.ndarray) -> np.ndarray:
+            with np.errstate(divide="ignore"):
+                return _log_divergences(np.log(_mixtures(private[rows], p_0, lam)), log_0, order)
 
-    lo = np.zeros(len(private))
-    hi = np.ones(len(private))
-    done = divergences(hi) <= radius
+    n = len(private)
+    root = math.sqrt(radius)
+    lo, hi = np.zeros(n), np.ones(n)
+    at_one = divergences(hi, np.arange(n))
+    done = at_one <= radius
     lo[done] = 1.0
-    for _ in range(iterations if not done.all() else 0):
-        mid = (lo + hi) / 2
-        ok = divergences(mid) <= radius
-        lo = np.where(done | ~ok, lo, mid)
-        hi = np.where(done | ok, hi, mid)
+    g_lo, g_hi = np.full(n, -root), np.sqrt(at_one) - root  # √D − √r at each end: ≤ 0 at lo, > 0 (or ∞) at hi
+    moved = np.zeros(n, dtype=np.int8)  # which end the last step moved: −1 lo, +1 hi
+    for step in range(4 * (math.ceil(-math.log2(tolerance)) + 1)):  # enough bisections alone to reach it
+        rows = np.flatnonzero(~done & (hi - lo > tolerance))
+        if rows.size == 0:
+            break
+        a, b = lo[rows], hi[rows]
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            x = a - g_lo[rows] * (b - a) / (g_hi[rows] - g_lo[rows])
+        inside = np.isfinite(x) & (x > a) & (x < b) & (step % 4 != 3)
+        x = np.where(inside, x, (a + b) / 2)
+        d = divergences(x, rows)
+        ok, g = d <= radius, np.sqrt(d) - root
+        lo_rows, hi_rows = rows[ok], rows[~ok]
+        g_hi[lo_rows[moved[lo_rows] == -1]] /= 2  # Illinois: hi kept twice
+        g_lo[hi_rows[moved[hi_rows] == 1]] /= 2  # lo kept twice
+        lo[lo_rows], g_lo[lo_rows], moved[lo_rows] = x[ok], g[ok], -1
+        hi[hi_rows], g_hi[hi_rows], moved[hi_rows] = x[~ok], g[~ok], 1
     for i, lam in enumerate(lo):  # the decision is the shared function's
         if not symmetric_renyi(mix(private[i], p_0, lam), p_0, order) <= radius:
             lo[i] = choose_lambda(private[i], p_0, beta, alpha)

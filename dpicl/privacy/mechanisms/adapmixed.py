@@ -19,8 +19,8 @@ token all N members' next-token distributions are available. Per token (003 Alg 
 2. Screen failed: the token is sampled from p_0 (no further use of private data).
 3. Screen passed: PMixED (003 Alg 1 lines 10–17): every member is mixed with p_0 in probability space,
    p̄_i = λ_i p_i + (1−λ_i) p_0, with the largest λ_i ∈ [0, 1] such that D↔_{2α}(p̄_i ‖ p_0) ≤ βα (order 2α: see
-   the accounting below) — the feasible end of the bisection bracket, and the constraint is checked with the
-   shared ``symmetric_renyi`` (§12.1 item 13) — and the token is sampled from p = (1/N)·Σ_i p̄_i.
+   the accounting below) — the feasible end of a search bracket no wider than 2^−24, and the constraint is
+   checked with the shared ``symmetric_renyi`` (§12.1 item 13) — and the token is sampled from p = (1/N)·Σ_i p̄_i.
 
 Accounting: reserve the data-independent bound, report the data-dependent value. Before a query is decoded the
 ledger is charged, at the single order α, with ``query_bound_rdp`` = tokens × (screening + PMixED bound). The

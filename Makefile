@@ -33,8 +33,9 @@ $(STAMP):
 demo: install
 	$(BIN)/dpicl demo
 
+# Two workers (pytest-xdist): 12.5 min instead of 22 on the 2-core machine; each loads its own models.
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses=2
 
 # The vllm backend's tests, for real, in a separate venv with the CPU build of vLLM (docs/ops/backends.md).
 # DPICL_REQUIRE_VLLM=1 turns "vllm missing" from a skip into a failure.

@@ -196,7 +196,8 @@ class VLLMBackend(TokenizerText):
         if not prompts:
             return []
         ids = self._encode(prompts)
-        self._prefill_repeated(ids)
+        if not params.greedy:  # greedy copies are one request with one completion (`_complete`)
+            self._prefill_repeated(ids)
         tokens, truncated = self._complete(ids, params, progress)
         # Decoded from the token ids (as `hf` does), not vLLM's text, which ends before the stop string.
         texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
@@ -204,7 +205,8 @@ class VLLMBackend(TokenizerText):
 
     def _prefill_repeated(self, ids: list[list[int]]) -> None:
         """Prefill each prompt asked for more than once (ESA's candidates are copies of one zero-shot prompt) once,
-        before the batch: requests scheduled in one step share no KV blocks, later ones hit the prefix cache."""
+        before the batch: the n samples of one request are scheduled together and share no KV blocks, so they
+        would each compute the prompt; after this they find its blocks in the prefix cache."""
         repeated = [list(row) for row, n in Counter(map(tuple, ids)).items() if n > 1]
         if repeated:
             once = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
@@ -224,21 +226,26 @@ class VLLMBackend(TokenizerText):
         todo, round_ = list(range(len(ids))), 0
         while todo:
             seeds = row_seeds(params.seed, len(ids), round_)
-            sampling = [self._sampling(params, seeds[i], params.max_new_tokens - len(tokens[i])) for i in todo]
-            outs = self._run([ids[i] + tokens[i] for i in todo], sampling, progress and round_ == 0)
+            # Copies of one prompt (ESA's candidates) are one request: n samples (vLLM seeds the j-th with
+            # seed + j), or, greedy, one completion that all of them share.
+            groups = _copies(todo, ids, tokens)
+            sampling = [self._sampling(params, seeds[g[0]], params.max_new_tokens - len(tokens[g[0]]),
+                                       n=1 if params.greedy else len(g)) for g in groups]
+            outs = self._run([ids[g[0]] + tokens[g[0]] for g in groups], sampling, progress and round_ == 0)
             going_on = []
-            for i, out in zip(todo, outs, strict=True):
-                done = out.outputs[0]
-                tokens[i] += done.token_ids
-                truncated[i] = done.finish_reason == "length"
-                if (len(tokens[i]) < params.max_new_tokens and stopped_in_leading_whitespace(
-                        done.text, done.finish_reason, done.stop_reason, params.stop)):
-                    going_on.append(i)
-            todo, round_ = going_on, round_ + 1
+            for group, out in zip(groups, outs, strict=True):
+                for j, i in enumerate(group):
+                    done = out.outputs[0 if params.greedy else j]
+                    tokens[i] += done.token_ids
+                    truncated[i] = done.finish_reason == "length"
+                    if (len(tokens[i]) < params.max_new_tokens and stopped_in_leading_whitespace(
+                            done.text, done.finish_reason, done.stop_reason, params.stop)):
+                        going_on.append(i)
+            todo, round_ = sorted(going_on), round_ + 1
         return tokens, truncated
 
-    def _sampling(self, params: GenerationParams, seed: int | None, max_tokens: int):
-        common: dict[str, Any] = dict(max_tokens=max_tokens, stop=list(params.stop) or None, seed=seed)
+    def _sampling(self, params: GenerationParams, seed: int | None, max_tokens: int, n: int = 1):
+        common: dict[str, Any] = dict(max_tokens=max_tokens, stop=list(params.stop) or None, seed=seed, n=n)
         if params.greedy:
             common.update(temperature=0.0)
         else:
@@ -305,3 +312,11 @@ class VLLMBackend(TokenizerText):
 
         self.llm = None
         gc.collect()
+
+
+def _copies(rows: list[int], ids: list[list[int]], tokens: list[list[int]]) -> list[list[int]]:
+    """`rows` grouped by identical input (prompt ids and tokens so far), groups in order of first appearance."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i in rows:
+        groups.setdefault((*ids[i], -1, *tokens[i]), []).append(i)
+    return list(groups.values())

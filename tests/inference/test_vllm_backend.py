@@ -131,32 +131,39 @@ def test_a_completion_stopped_in_its_whitespace_goes_on_within_max_new_tokens(vl
     assert vllm_backend.generate([MEDIUM], GenerationParams(max_new_tokens=1, stop=("\n",))) == [""]
 
 
-def test_copies_of_a_prompt_are_prefilled_once(vllm_backend):
-    # ESA's candidates are copies of one zero-shot prompt: requests scheduled in one step share no KV blocks, so
-    # the backend prefills the repeated prompt alone first and the copies find its whole blocks in the prefix cache.
-    # vLLM's CPU default of 128-token blocks would leave a prompt this short (~70 tokens) out of the cache.
+def test_copies_of_a_prompt_are_one_request_prefilled_once(vllm_backend):
+    # ESA's candidates are sampled copies of one zero-shot prompt: they are one request for n samples, whose
+    # samples are scheduled together and share no KV blocks, so the backend prefills the repeated prompt alone
+    # first and the samples find its whole blocks in the prefix cache. vLLM's CPU default of 128-token blocks
+    # would leave a prompt this short (~70 tokens) out of the cache.
     b = vllm_backend
     assert b.llm.llm_engine.vllm_config.cache_config.block_size == 32
     calls = []
     run = b._run
 
     def recording(rows, params, progress=False):
-        calls.append((rows, run(rows, params, progress)))
-        return calls[-1][1]
+        calls.append((rows, params, run(rows, params, progress)))
+        return calls[-1][2]
 
     b._run = recording
     try:
         b.llm.reset_prefix_cache()
-        out = b.generate([LONG] * 4 + [SHORT], GenerationParams(max_new_tokens=8))
+        sampled = b.generate([LONG] * 4 + [SHORT], GenerationParams(max_new_tokens=8, temperature=1.0, seed=4))
+        calls_sampled, calls[:] = list(calls), []
+        greedy = b.generate([LONG] * 4 + [SHORT], GenerationParams(max_new_tokens=8))
     finally:
         del b._run
-    assert out[:4] == [out[0]] * 4 and out[4] != out[0]
     long_ids = b._encode([LONG])[0]
     assert len(long_ids) > 2 * 32
-    (warm_rows, _), (rows, outputs) = calls
+    (warm_rows, _, _), (rows, params, outputs) = calls_sampled
     assert warm_rows == [long_ids]  # only the repeated prompt is prefilled first
-    assert [o.num_cached_tokens for o in outputs[:4]] == [len(long_ids) // 32 * 32] * 4
-    assert len(rows) == 5
+    assert rows == [long_ids, b._encode([SHORT])[0]] and [p.n for p in params] == [4, 1]  # one request per prompt
+    assert len(outputs[0].outputs) == 4 and len(set(sampled[:4])) > 1  # four samples, not one four times
+    assert outputs[0].num_cached_tokens == len(long_ids) // 32 * 32
+    # greedy copies: one request, one completion for all of them, no prefill first
+    ((rows, params, _),) = calls
+    assert len(rows) == 2 and [p.n for p in params] == [1, 1]
+    assert greedy[:4] == [b.generate([LONG], GenerationParams(max_new_tokens=8))[0]] * 4 and greedy[4] != greedy[0]
 
 
 def test_seeded_sampling_reproducible_and_seed_dependent(vllm_backend):

@@ -127,6 +127,32 @@ def test_seeded_samples_do_not_depend_on_the_other_prompts(hf_reference):
 
 @pytest.mark.slow
 @pytest.mark.model
+def test_greedy_prompts_in_parallel_threads_give_the_same_outputs(hf_reference, monkeypatch):
+    """`parallel_prompts`: greedy prompts that run alone go on several threads at once, with the same outputs;
+    sampled calls stay on the caller's thread (torch's one global generator)."""
+    import threading
+    from dataclasses import replace
+
+    prompts = [*TEACHERS, OTHERS[1]]
+    one_at_a_time = hf_reference.generate(prompts, GREEDY)
+    threads: set[str] = set()
+    generate_batch = hf_reference._generate_batch
+
+    def recording(ids, params):
+        threads.add(threading.current_thread().name)
+        return generate_batch(ids, params)
+
+    monkeypatch.setattr(hf_reference, "_generate_batch", recording)
+    monkeypatch.setattr(hf_reference, "parallel_prompts", 2)
+    assert hf_reference.generate(prompts, GREEDY) == one_at_a_time
+    assert len(threads) == 2 and all(name.startswith("dpicl-hf") for name in threads)
+    threads.clear()
+    hf_reference.generate(prompts, replace(GREEDY, temperature=1.0, seed=3))
+    assert threads == {threading.current_thread().name}
+
+
+@pytest.mark.slow
+@pytest.mark.model
 def test_the_batched_path_depends_on_the_batch(hf_reference, bf16):
     """The inputs above are sensitive: on the batched path (the backend's behaviour before it was made batch
     invariant, now `batch_invariant: false`) the other prompt's length changes one member's log-probabilities,

@@ -33,7 +33,7 @@ $(STAMP):
 demo: install
 	$(BIN)/dpicl demo
 
-# Two workers (pytest-xdist): 12.5 min instead of 22 on the 2-core machine; each loads its own models.
+# Two workers (pytest-xdist): 12.5-15 min instead of 22 on the 2-core machine; each loads its own models.
 test: install
 	$(BIN)/python -m pytest -n auto --maxprocesses=2
 

@@ -272,5 +272,6 @@ def main() -> None:
     if args.json:
         print(json.dumps(result))
 
+
 if __name__ == "__main__":
     main()

@@ -219,6 +219,8 @@ class OpenAIBackend(TokenizerText):
                                     "attempts") from None
         except openai.APIResponseValidationError:
             raise OpenAICompatError(f"the response from {self.url} is not a completion") from None
+        except openai.OpenAIError as err:  # any other SDK error: its message may quote a body too
+            raise OpenAICompatError(f"{type(err).__name__} from {self.url}") from None
 
     def _map(self, fn: Callable[[int], Any], n: int, *, progress: bool = False, what: str = "requests") -> list:
         """`fn(i)` for i in range(n), at most `max_concurrency` at a time; results in input order."""

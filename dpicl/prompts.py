@@ -65,12 +65,23 @@ def public_teacher_groups(n_records: int, teachers: int, shots: int, key: str) -
     return [chosen[t * shots:(t + 1) * shots] for t in range(teachers)]
 
 
+def nearest_teacher_groups(ranked: Sequence[int], teachers: int, shots: int) -> list[list[int]]:
+    """Which public records each public teacher shows when they are the query's most similar ones (``ranked``:
+    record indices, most similar first): teacher t shows the records ranked t, t + teachers, t + 2·teachers, …,
+    the most similar of them last, next to the query; so every teacher has one of the `teachers` nearest."""
+    chosen = list(ranked[:teachers * shots])
+    return [chosen[t::teachers][::-1] for t in range(teachers)]
+
+
 def public_ensemble(task: TaskConfig, demonstrations: Sequence[tuple[str, str]], query: str, teachers: int,
-                    shots: int, key: str) -> tuple[list[str], str]:
-    """The public teachers' prompts for ``query`` (demonstrations drawn by :func:`public_teacher_groups` from the
-    public (input, output) pairs) and the public one-shot example: the last demonstration of the first public
-    teacher, as paper 004's code takes it."""
-    groups = [[demonstrations[i] for i in g] for g in public_teacher_groups(len(demonstrations), teachers, shots, key)]
+                    shots: int, key: str, ranked: Sequence[int] | None = None) -> tuple[list[str], str]:
+    """The public teachers' prompts for ``query`` and the public one-shot example: the last demonstration of the
+    first public teacher, as paper 004's code takes it. The demonstrations are drawn from the public (input,
+    output) pairs by :func:`public_teacher_groups`, or, given the public records ``ranked`` by similarity to the
+    query, by :func:`nearest_teacher_groups` (then the example is the nearest public record)."""
+    drawn = (public_teacher_groups(len(demonstrations), teachers, shots, key) if ranked is None
+             else nearest_teacher_groups(ranked, teachers, shots))
+    groups = [[demonstrations[i] for i in g] for g in drawn]
     example_input, example_output = groups[0][-1]
     return ([render_prompt(task, g, query) for g in groups],
             task.demo_template.format(input=example_input, output=example_output))

@@ -34,3 +34,20 @@ def test_ksa_defaults_to_the_task_prompt(method):
 
     cfg = Config.model_validate({"name": "t", "private_dataset": "p", "backlog": "b", "method": {"name": method}})
     assert cfg.method.keyword_template is None
+
+
+@pytest.mark.parametrize(("teachers", "shots", "records"), [(4, 2, 30), (10, 1, 100), (3, 4, 5)])
+def test_nearest_public_teachers_each_show_one_of_the_nearest_records_last(teachers, shots, records):
+    from dpicl.prompts import nearest_teacher_groups, public_ensemble
+
+    ranked = list(range(records))[::-1]  # record records-1 is the most similar
+    groups = nearest_teacher_groups(ranked, teachers, shots)
+    shown = [i for g in groups for i in g]
+    assert len(groups) == teachers and len(shown) == len(set(shown)) == min(records, teachers * shots)
+    assert set(shown) == set(ranked[:teachers * shots])  # the nearest ones, no others
+    assert [g[-1] for g in groups if g] == ranked[:min(teachers, records)]  # each teacher's nearest shown last
+    task = TaskConfig(type="summarization")
+    pairs = [(f"in {i}", f"out {i}") for i in range(records)]
+    prompts, example = public_ensemble(task, pairs, "the query", teachers, shots, "key", ranked)
+    assert example == task.demo_template.format(input=f"in {ranked[0]}", output=f"out {ranked[0]}")
+    assert all(p.endswith(task.query_template.format(input="the query")) for p in prompts)

@@ -16,7 +16,6 @@ from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -42,16 +41,14 @@ def canary_hits(answers: list[str], planted: list[str]) -> int:
 def baseline_prompts(cfg, private, public, queries: list[str]) -> dict[str, list[str]]:
     """The alternatives' prompts: the free ones, zero-shot (no demonstrations) and 4-shot ICL with each query's most
     similar public tickets, and the leaky non-private baseline, 4-shot ICL with its most similar private ones."""
+    from dpicl.embeddings.candidates import most_similar_texts
     from dpicl.prompts import render_prompt, zero_shot_prompt
     from dpicl.tasks import context
 
-    encoder = context.encoder(cfg)
-    query_vectors = encoder.encode(queries)
-
     def nearest_shots(records) -> list[str]:
-        nearest = np.argsort(-(query_vectors @ encoder.encode([r.input for r in records]).T), axis=1)
+        nearest = most_similar_texts(context.encoder(cfg), queries, [r.input for r in records], NONPRIVATE_SHOTS)
         return [render_prompt(cfg.task, [(records[i].input, records[i].output) for i in reversed(row)], q)
-                for q, row in zip(queries, nearest[:, :NONPRIVATE_SHOTS])]
+                for q, row in zip(queries, nearest)]
 
     return {"zero-shot": [zero_shot_prompt(cfg.task, q) for q in queries], "public few-shot": nearest_shots(public),
             "non-private": nearest_shots(private)}

@@ -50,6 +50,27 @@ def nearest_candidates(
     return result
 
 
+def most_similar(query_vectors: np.ndarray, record_vectors: np.ndarray, count: int) -> np.ndarray:
+    """For each query (row of Q × d), the indices of its `count` most similar records (cosine; rows of N × d), most
+    similar first: a Q × min(count, N) array."""
+    queries = np.ascontiguousarray(query_vectors, dtype=np.float32)
+    if queries.ndim != 2:
+        raise ValueError(f"query_vectors must be 2-d (Q × d), got shape {queries.shape}")
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    records = _unit_rows(record_vectors, queries.shape[1], 0)
+    index = faiss.IndexFlatIP(records.shape[1])
+    index.add(records)
+    _, ids = index.search(queries, min(count, len(records)))
+    return ids.astype(np.int64)
+
+
+def most_similar_texts(encoder, queries: Sequence[str], texts: Sequence[str], count: int) -> np.ndarray:
+    """For each query, the indices of its `count` most similar `texts` by the encoder's embeddings, most similar
+    first (:func:`most_similar`)."""
+    return most_similar(encoder.encode(queries), encoder.encode(texts), count)
+
+
 def _unit_rows(candidates: np.ndarray, d: int, i: int) -> np.ndarray:
     cands = np.array(candidates, dtype=np.float32, copy=True)
     if cands.ndim != 2 or cands.shape[1] != d:

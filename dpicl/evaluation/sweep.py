@@ -22,6 +22,7 @@ import numpy as np
 
 from dpicl import methods, planning
 from dpicl.config import Config
+from dpicl.embeddings.candidates import most_similar_texts
 from dpicl.inference.teachers import greedy_params, label_votes
 from dpicl.methods.base import aggregate_as_planned
 from dpicl.metrics import evaluate as evaluate_metrics
@@ -68,9 +69,10 @@ def check_configs(configs: Sequence[Config]) -> Config:
                     base.method.teachers, base.method.shots):
             raise SweepError(f"configs {base.name!r} and {cfg.name!r} differ in data, task, model, generation, "
                              "teachers or shots; a sweep shares one ensemble between its methods")
-    publics = {cfg.public_dataset for cfg in configs if _method(cfg).needs_public}
+    publics = {(cfg.public_dataset, cfg.method.public_demonstrations) for cfg in configs if _method(cfg).needs_public}
     if len(publics) > 1:
-        raise SweepError("the public-data methods of one sweep must share one public dataset")
+        raise SweepError("the public-data methods of one sweep must share one public dataset and one "
+                         "public_demonstrations setting (they share the public teachers)")
     return base
 
 
@@ -131,7 +133,10 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
     by_id = {r.record_id: r for r in private}
     queries = [q for q, _ in rows]
     teacher_prompts, public_prompts, examples = [], [], []
-    public_name = next((c.public_dataset for c in configs if _method(c).needs_public), None)
+    public_cfg = next((c for c in configs if _method(c).needs_public), None)
+    ranked = None  # the public records most similar to each query first, when the public teachers show those
+    if public and public_cfg is not None and public_cfg.method.public_demonstrations == "nearest":
+        ranked = most_similar_texts(encoder_for(public_cfg), queries, [inp for inp, _ in public], n * shots)
     if groups is not None and (len(groups) != len(queries) or any(len(g) != n for g in groups)):
         raise SweepError(f"teacher groupings must give {n} teachers for each of the {len(queries)} queries")
     for k, query in enumerate(queries):
@@ -139,8 +144,10 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
             assign_teachers(list(by_id), teacher_key or dataset["teacher_key"], n, shots, rate, rng)
         teacher_prompts += [render_prompt(base.task, [(by_id[i].input, by_id[i].output) for i in g], query)
                             for g in shown]
-        if public and public_name is not None:  # the public ensemble only for the public-data methods
-            prompts, example = public_ensemble(base.task, public, query, n, shots, public_key(public_name, query))
+        if public and public_cfg is not None:  # the public ensemble only for the public-data methods
+            prompts, example = public_ensemble(base.task, public, query, n, shots,
+                                               public_key(public_cfg.public_dataset, query),
+                                               None if ranked is None else ranked[k])
             public_prompts += prompts
             examples.append(example)
     zero_shot = [zero_shot_prompt(base.task, q) for q in queries]

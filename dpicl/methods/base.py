@@ -50,6 +50,14 @@ class EnsembleSettings(MethodSettings):
     planned_queries: int = Field(100, ge=1)
 
 
+class PublicEnsembleSettings(EnsembleSettings):
+    """An ensemble method that also prompts public teachers (`teachers` × `shots` public demonstrations per query)."""
+
+    # which public records the public teachers show: a draw fixed per query (paper 004), or the query's most
+    # similar ones by embedding (`embedding.model`). Public data and the query only: no privacy cost either way.
+    public_demonstrations: Literal["random", "nearest"] = "random"
+
+
 class TokenSettings(MethodSettings):
     """Token-level private decoding: one mechanism per generated token, at most `generation.max_new_tokens` tokens
     per answer; the per-answer cost is reserved before decoding starts."""

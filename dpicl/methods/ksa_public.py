@@ -9,6 +9,7 @@ from pydantic import Field
 
 from dpicl.keywords import keywords
 from dpicl.methods import register
+from dpicl.methods.base import PublicEnsembleSettings
 from dpicl.methods.keyword_hints import KeywordMethod, KeywordSettings
 from dpicl.methods.ksa_jem import JointEMPlan, select, top_keywords
 from dpicl.privacy.mechanisms import joint_em
@@ -16,7 +17,7 @@ from dpicl.privacy.mechanisms import joint_em
 MECHANISM = "ksa_public"
 
 
-class KSAPublicSettings(KeywordSettings):
+class KSAPublicSettings(KeywordSettings, PublicEnsembleSettings):
     """KSA with public data (paper 004's baseline): the joint EM over a keyword domain taken from public text only
     (the public teachers' outputs and the query), answered with a public one-shot example ({example})."""
 

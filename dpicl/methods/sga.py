@@ -13,13 +13,13 @@ from pydantic import Field, field_validator
 from dpicl.embeddings.candidates import public_candidates
 from dpicl.inference.teachers import greedy_params
 from dpicl.methods import register
-from dpicl.methods.base import EnsembleMethod, EnsembleSettings, Plan, PublicTexts
+from dpicl.methods.base import EnsembleMethod, Plan, PublicEnsembleSettings, PublicTexts
 from dpicl.privacy.accounting.events import SubsampledDPMEvent
 from dpicl.privacy.mechanisms import dpm, sga
 from dpicl.prompts import selection_prompt
 
 
-class SGASettings(EnsembleSettings):
+class SGASettings(PublicEnsembleSettings):
     """SGA (paper 004): DPM private clustering of the private and public teachers' output embeddings; the public
     outputs nearest the k largest (noisy) cluster centres are the candidates, and the LLM picks one with a public
     one-shot example (`select: llm`), or the first candidate is released as is (`select: top1`)."""

@@ -4,12 +4,12 @@ from the public dataset) and a public one-shot example (the last demonstration o
 
 from __future__ import annotations
 
-import functools
 import hashlib
 
 from prefect import get_run_logger, task
 
 from dpicl.config import Config
+from dpicl.embeddings.candidates import most_similar_texts
 from dpicl.prompts import public_ensemble, public_key, render_prompt, zero_shot_prompt
 from dpicl.storage import get_dataset, get_queries, load_records
 from dpicl.storage.artifacts import artifact_key, get_artifacts, put_artifact
@@ -27,7 +27,14 @@ def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict
         records = {r.record_id: r for r in load_records(con, cfg.private_dataset)}
         queries = get_queries(con, cfg.backlog, list(samples))
         drawn = get_artifacts(con, list(samples.values()))
-        public_records = functools.cache(lambda: _load_public(con, cfg))
+        public_records = _load_public(con, cfg) if run.method.needs_public else []
+    # no connection open while the encoder runs (other processes may be waiting for the database)
+    ranked = {}
+    if run.method.needs_public and cfg.method.public_demonstrations == "nearest":
+        rows = most_similar_texts(context.encoder(cfg), [queries[q].input for q in samples],
+                                  [r.input for r in public_records], cfg.method.teachers * cfg.method.shots)
+        ranked = {q: row.tolist() for q, row in zip(samples, rows)}
+    with context.database(db_path) as con:
         keys = {}
         for query_id, sample_key in samples.items():
             query = queries[query_id].input
@@ -48,7 +55,8 @@ def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict
             )
             keys[query_id] = {"teachers": teachers, "zero_shot": zero_shot}
             if run.method.needs_public:
-                keys[query_id].update(_public_ensemble(con, cfg, run_id, query_id, query, public_records()))
+                keys[query_id].update(_public_ensemble(con, cfg, run_id, query_id, query, public_records,
+                                                       ranked.get(query_id)))
     get_run_logger().info("built prompts for %d queries", len(keys))
     return keys
 
@@ -65,15 +73,24 @@ def _load_public(con, cfg: Config) -> list:
     return records
 
 
-def _public_ensemble(con, cfg: Config, run_id: str, query_id: str, query: str, records: list) -> dict[str, str]:
-    """The public teachers' prompts and the public one-shot example of one query (public artifacts, cached by
-    content: the draw is a function of the query and the public dataset)."""
+def public_ensemble_params(cfg: Config, query: str) -> dict:
+    """What the public ensemble's prompts of `query` are a function of (their artifacts' key)."""
     m = cfg.method
-    digest = hashlib.sha256(query.encode()).hexdigest()
+    params = {"public_dataset": cfg.public_dataset, "query_sha256": hashlib.sha256(query.encode()).hexdigest(),
+              "teachers": m.teachers, "shots": m.shots, "task": cfg.task.model_dump()}
+    if m.public_demonstrations == "nearest":  # absent for the random draw: its keys stay those of earlier runs
+        params.update(public_demonstrations="nearest", embedding=cfg.embedding.model_dump())
+    return params
+
+
+def _public_ensemble(con, cfg: Config, run_id: str, query_id: str, query: str, records: list,
+                     ranked: list[int] | None) -> dict[str, str]:
+    """The public teachers' prompts and the public one-shot example of one query (public artifacts, cached by
+    content: the demonstrations are a function of the query and the public dataset)."""
+    m = cfg.method
     prompts, example = public_ensemble(cfg.task, [(r.input, r.output) for r in records], query, m.teachers,
-                                       m.shots, public_key(cfg.public_dataset, query))
-    params = {"public_dataset": cfg.public_dataset, "query_sha256": digest, "teachers": m.teachers,
-              "shots": m.shots, "task": cfg.task.model_dump()}
+                                       m.shots, public_key(cfg.public_dataset, query), ranked)
+    params = public_ensemble_params(cfg, query)
     return {
         "public_prompts": put_artifact(con, artifact_key("public_prompts", [], params), "public_prompts",
                                        cfg.backlog, query_id, prompts, private=False, run_id=run_id),

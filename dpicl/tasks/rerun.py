@@ -58,6 +58,7 @@ from dpicl.storage.runs import (
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
 from dpicl.tasks.infer import candidates_key
+from dpicl.tasks.prompt import public_ensemble_params
 from dpicl.tasks.run import per_query_plan
 
 STAGES = ("aggregate", "release")
@@ -185,8 +186,7 @@ def feature_keys(cfg: Config, query: str, teacher_key: str | None) -> dict[str, 
     if registered.samples_candidates:
         keys["candidates"] = candidates_key(cfg, registered, zero_shot)
     if registered.needs_public:
-        params = {"public_dataset": cfg.public_dataset, "query_sha256": _sha(query), "teachers": method.teachers,
-                  "shots": method.shots, "task": cfg.task.model_dump()}
+        params = public_ensemble_params(cfg, query)
         prompts = artifact_key("public_prompts", [], params)
         outputs = artifact_key("public_outputs", [prompts],
                                {"model": model, "generation": cfg.generation.model_dump()})

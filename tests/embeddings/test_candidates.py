@@ -75,3 +75,18 @@ def test_public_candidates_follow_the_cluster_order_skip_repeated_texts_and_stop
     assert public_candidates([], public, texts, k=3) == []
     with pytest.raises(ValueError, match="public texts"):
         public_candidates(centres, public, texts[:-1], k=3)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_most_similar_ranks_records_as_a_numpy_cosine_sort(seed):
+    from dpicl.embeddings.candidates import most_similar
+
+    rng = np.random.default_rng(seed)
+    d, n, count = 12, int(rng.integers(1, 40)), int(rng.integers(1, 50))
+    records = rng.normal(size=(n, d)) * rng.uniform(0.01, 100, size=(n, 1))  # cosine, not inner product
+    queries = rng.normal(size=(3, d))
+    ranked = most_similar(queries, records, count)
+    assert ranked.shape == (3, min(count, n))
+    for query, row in zip(queries, ranked):
+        sims = records @ query / np.linalg.norm(records, axis=1)
+        assert row.tolist() == np.argsort(-sims, kind="stable")[:min(count, n)].tolist()

@@ -132,6 +132,26 @@ def test_configs_of_different_ensembles_or_token_methods_are_refused(sweep_env):
         sweep.check_configs([mozo])
     with pytest.raises(sweep.SweepError, match="at least one"):
         sweep.check_configs([])
+    sga, ksa_public = load_config(configs[3]), load_config(configs[4])
+    nearest = sga.model_copy(update={"method": sga.method.model_copy(update={"public_demonstrations": "nearest"})})
+    with pytest.raises(sweep.SweepError, match="public_demonstrations"):
+        sweep.check_configs([nearest, ksa_public])
+
+
+def test_a_sweep_shows_the_public_teachers_the_nearest_public_records_as_the_pipeline_does(sweep_env):
+    from tests.pipeline.fakes import FakeBackend, FakeEncoder
+
+    configs, _ = sweep_env
+    sga = load_config(configs[3])
+    cfg = sga.model_copy(update={"method": sga.method.model_copy(update={"public_demonstrations": "nearest"})})
+    data = sweep.load_benchmark([cfg], N_QUERIES)
+    ens = sweep.build_ensemble([cfg], data, FakeBackend(), lambda c: FakeEncoder(), np.random.default_rng(0))
+    public = data[1]
+    encoder = FakeEncoder()
+    for query, features in zip(ens.queries, ens.features):
+        nearest = int(np.argmax(encoder.encode([i for i, _ in public]) @ encoder.encode([query])[0]))
+        assert features["public_example"] == cfg.task.demo_template.format(input=public[nearest][0],
+                                                                           output=public[nearest][1])
 
 
 def test_unknown_metrics_are_refused_before_any_model_runs(sweep_env):

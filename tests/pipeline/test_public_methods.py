@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import yaml
 
@@ -114,3 +115,38 @@ def test_a_private_dataset_named_as_public_is_refused(public_env):
     _with_method(config, {"name": "sga"})
     with pytest.raises(ValueError, match="ingested as private, not public"):
         _run(config, db)
+
+
+def test_sga_with_nearest_public_demonstrations_shows_each_query_its_most_similar_public_records(public_env):
+    from dpicl.config import load_config
+    from dpicl.storage.artifacts import artifact_key, get_artifact
+    from dpicl.tasks.prompt import public_ensemble_params
+    from dpicl.tasks.rerun import feature_keys
+    from tests.pipeline.fakes import FakeEncoder
+
+    config, db, _ = public_env
+    _with_method(config, {"name": "sga", "levels": 2, "select": "top1", "public_demonstrations": "nearest"})
+    result, *_ = _run(config, db)
+    assert result["answered"] == PLANNED
+    public = [f"public example {i}" for i in range(30)]
+    encoder, cfg = FakeEncoder(), load_config(config)
+    con = connect(db, read_only=True)
+    try:
+        queries = dict(con.execute("SELECT query_id, input FROM queries WHERE backlog = 'tiny-backlog'").fetchall())
+        answered = [q for (q,) in con.execute("SELECT query_id FROM releases").fetchall()]
+        assert len(answered) == PLANNED
+        for query_id in answered:
+            query = queries[query_id]
+            # ranked independently of the code under test: cosine of the fake embeddings, most similar first
+            order = np.argsort(-(encoder.encode(public) @ encoder.encode([query])[0])).tolist()
+            prompts = get_artifact(con, artifact_key("public_prompts", [], public_ensemble_params(cfg, query)))
+            shown = [[int(i) for i in re.findall(r"public example (\d+)", p)] for p in prompts]
+            assert len(shown) == 4 and all(len(s) == 2 for s in shown)  # 4 teachers × 2 shots
+            assert sorted(i for s in shown for i in s) == sorted(order[:8])
+            assert [s[-1] for s in shown] == order[:4], "each teacher shows one of the 4 nearest, last"
+            keys = feature_keys(cfg, query, None)  # what a rerun recomputes must be what the run stored
+            assert get_artifact(con, keys["public_example"]) == f"Input:\n{public[order[0]]}\nOutput: " \
+                f"public answer {order[0]}", "the one-shot example is the nearest public record"
+            assert len(get_artifact(con, keys["public_outputs"])) == 4
+    finally:
+        con.close()

@@ -69,10 +69,11 @@ def check_configs(configs: Sequence[Config]) -> Config:
                     base.method.teachers, base.method.shots):
             raise SweepError(f"configs {base.name!r} and {cfg.name!r} differ in data, task, model, generation, "
                              "teachers or shots; a sweep shares one ensemble between its methods")
-    publics = {(cfg.public_dataset, cfg.method.public_demonstrations) for cfg in configs if _method(cfg).needs_public}
+    publics = {(cfg.public_dataset, cfg.method.public_demonstrations, cfg.method.public_shot_count)
+               for cfg in configs if _method(cfg).needs_public}
     if len(publics) > 1:
-        raise SweepError("the public-data methods of one sweep must share one public dataset and one "
-                         "public_demonstrations setting (they share the public teachers)")
+        raise SweepError("the public-data methods of one sweep must share one public dataset and the public "
+                         "teachers' settings (public_demonstrations, public_shots)")
     return base
 
 
@@ -136,7 +137,8 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
     public_cfg = next((c for c in configs if _method(c).needs_public), None)
     ranked = None  # the public records most similar to each query first, when the public teachers show those
     if public and public_cfg is not None and public_cfg.method.public_demonstrations == "nearest":
-        ranked = most_similar_texts(encoder_for(public_cfg), queries, [inp for inp, _ in public], n * shots)
+        ranked = most_similar_texts(encoder_for(public_cfg), queries, [inp for inp, _ in public],
+                                    n * public_cfg.method.public_shot_count)
     if groups is not None and (len(groups) != len(queries) or any(len(g) != n for g in groups)):
         raise SweepError(f"teacher groupings must give {n} teachers for each of the {len(queries)} queries")
     for k, query in enumerate(queries):
@@ -145,7 +147,7 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
         teacher_prompts += [render_prompt(base.task, [(by_id[i].input, by_id[i].output) for i in g], query)
                             for g in shown]
         if public and public_cfg is not None:  # the public ensemble only for the public-data methods
-            prompts, example = public_ensemble(base.task, public, query, n, shots,
+            prompts, example = public_ensemble(base.task, public, query, n, public_cfg.method.public_shot_count,
                                                public_key(public_cfg.public_dataset, query),
                                                None if ranked is None else ranked[k])
             public_prompts += prompts

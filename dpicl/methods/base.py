@@ -56,6 +56,12 @@ class PublicEnsembleSettings(EnsembleSettings):
     # which public records the public teachers show: a draw fixed per query (paper 004), or the query's most
     # similar ones by embedding (`embedding.model`). Public data and the query only: no privacy cost either way.
     public_demonstrations: Literal["random", "nearest"] = "random"
+    # demonstrations per public teacher; default `shots` (public prompts are not batch-invariant, so cheaper)
+    public_shots: int | None = Field(None, ge=1)
+
+    @property
+    def public_shot_count(self) -> int:
+        return self.public_shots or self.shots
 
 
 class TokenSettings(MethodSettings):

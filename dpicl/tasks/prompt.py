@@ -32,7 +32,7 @@ def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict
     ranked = {}
     if run.method.needs_public and cfg.method.public_demonstrations == "nearest":
         rows = most_similar_texts(context.encoder(cfg), [queries[q].input for q in samples],
-                                  [r.input for r in public_records], cfg.method.teachers * cfg.method.shots)
+                                  [r.input for r in public_records], cfg.method.teachers * cfg.method.public_shot_count)
         ranked = {q: row.tolist() for q, row in zip(samples, rows)}
     with context.database(db_path) as con:
         keys = {}
@@ -77,7 +77,7 @@ def public_ensemble_params(cfg: Config, query: str) -> dict:
     """What the public ensemble's prompts of `query` are a function of (their artifacts' key)."""
     m = cfg.method
     params = {"public_dataset": cfg.public_dataset, "query_sha256": hashlib.sha256(query.encode()).hexdigest(),
-              "teachers": m.teachers, "shots": m.shots, "task": cfg.task.model_dump()}
+              "teachers": m.teachers, "shots": m.public_shot_count, "task": cfg.task.model_dump()}
     if m.public_demonstrations == "nearest":  # absent for the random draw: its keys stay those of earlier runs
         params.update(public_demonstrations="nearest", embedding=cfg.embedding.model_dump())
     return params
@@ -89,7 +89,7 @@ def _public_ensemble(con, cfg: Config, run_id: str, query_id: str, query: str, r
     content: the demonstrations are a function of the query and the public dataset)."""
     m = cfg.method
     prompts, example = public_ensemble(cfg.task, [(r.input, r.output) for r in records], query, m.teachers,
-                                       m.shots, public_key(cfg.public_dataset, query), ranked)
+                                       m.public_shot_count, public_key(cfg.public_dataset, query), ranked)
     params = public_ensemble_params(cfg, query)
     return {
         "public_prompts": put_artifact(con, artifact_key("public_prompts", [], params), "public_prompts",

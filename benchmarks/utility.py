@@ -8,8 +8,9 @@ recovers:  gap_recovered = (score − zero_shot) / (non_private − zero_shot).
 A group is configs that share one ensemble (their teachers answer once per repetition; every method aggregates
 those answers, as in `dpicl evaluate`). The baselines use the group's task and model: zero-shot is the greedy
 answer without demonstrations, non-private one greedy prompt with 4 random private demonstrations per query,
-public few-shot the same with public demonstrations (groups with a public dataset only); classification scores
-label votes, calibrated (task.calibrate) for the non-private row. Scores (0–100): accuracy, or ROUGE-L F1.
+public few-shot the same with the query's 4 most similar public demonstrations (groups with a public dataset only:
+the stronger of the free baselines); classification scores label votes, calibrated (task.calibrate) for the
+non-private row. Scores (0–100): accuracy, or ROUGE-L F1.
 Token-level methods (DP few-shot generation, DPS-MOZO, AdaPMixED) are measured by benchmarks/token_level.py.
 With --json the last line is one JSON object with `rows`: {dataset, method, epsilon, metric, score, std,
 zero_shot, non_private, public_few_shot, gap_recovered}; ε = "inf" is the method's aggregation without noise.
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from dpicl.config import load_config
+from dpicl.embeddings.candidates import most_similar_texts
 from dpicl.evaluation import sweep
 from dpicl.inference.teachers import greedy_params, label_votes
 from dpicl.privacy.rng import benchmark_rng, derived_seed
@@ -50,12 +52,20 @@ def score(cfg, answers: list[str], references: list[str]) -> float:
     return sweep.score(cfg, answers, references, [metric_of(cfg)])[metric_of(cfg)]
 
 
-def icl_answers(cfg, backend, records, queries: list[str], rng: np.random.Generator, calibrate: bool) -> list[str]:
-    """Greedy answers (or label votes) of one prompt per query with `NONPRIVATE_SHOTS` random demonstrations;
-    no demonstrations when `records` is empty (zero-shot)."""
+def icl_answers(cfg, backend, records, queries: list[str], rng: np.random.Generator, calibrate: bool,
+                nearest: bool = False) -> list[str]:
+    """Greedy answers (or label votes) of one prompt per query with `NONPRIVATE_SHOTS` random demonstrations, or
+    with the query's most similar ones (`nearest`, the most similar last); no demonstrations when `records` is empty
+    (zero-shot)."""
+    ranked = most_similar_texts(context.encoder(cfg), queries, [inp for inp, _ in records], NONPRIVATE_SHOTS) \
+        if nearest and records else None
     prompts = []
-    for query in queries:
-        shown = rng.choice(len(records), size=min(NONPRIVATE_SHOTS, len(records)), replace=False) if records else []
+    for k, query in enumerate(queries):
+        if ranked is not None:
+            shown = ranked[k][::-1]
+        else:
+            shown = rng.choice(len(records), size=min(NONPRIVATE_SHOTS, len(records)), replace=False) if records \
+                else []
         prompts.append(render_prompt(cfg.task, [records[i] for i in shown], query) if records
                        else zero_shot_prompt(cfg.task, query))
     if cfg.task.type != "classification":
@@ -85,8 +95,10 @@ def measure_group(name: str, args) -> list[dict]:
         baselines["non_private"].append(score(base, icl_answers(base, backend, private_pairs, queries, rng,
                                                                 calibrate=True), references))
         if public:
+            # the stronger free baseline: the query's most similar public records (free: no private data)
             baselines["public_few_shot"].append(score(base, icl_answers(base, backend, public, queries, rng,
-                                                                        calibrate=base.task.calibrate), references))
+                                                                        calibrate=base.task.calibrate, nearest=True),
+                                                      references))
         for cfg in configs:
             for epsilon in [*args.epsilons, sweep.INF]:
                 answers, _ = sweep.method_answers(cfg, ens, epsilon, backend, rng)

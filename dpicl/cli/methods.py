@@ -10,6 +10,7 @@ from rich.table import Table
 from dpicl import methods as registry
 from dpicl.cli.common import JsonOption
 from dpicl.cli.console import console
+from dpicl.methods.recommend import RECOMMENDATIONS, recommended_for
 
 
 def _settings(method) -> dict:
@@ -25,7 +26,7 @@ def _settings(method) -> dict:
 def describe(method) -> dict:
     return {"name": method.name, "kind": method.kind, "task_types": list(method.task_types),
             "needs_public_data": method.needs_public, "summary": method.summary, "paper": method.paper,
-            "settings": _settings(method)}
+            "settings": _settings(method), "recommended_for": recommended_for(method.name)}
 
 
 def methods(as_json: JsonOption = False) -> None:
@@ -43,3 +44,11 @@ def methods(as_json: JsonOption = False) -> None:
         table.add_row(f"[bold]{row['name']}[/]\n{row['summary']}", row["kind"], ", ".join(row["task_types"]),
                       "needed" if row["needs_public_data"] else "-", settings, row["paper"])
     console.print(table)
+    advice = Table(title="where to start (measured with SmolLM2-135M, docs/BENCHMARKS.md; check on your data with "
+                         "`dpicl evaluate`)")
+    for column in ("task", "method", "measured"):
+        advice.add_column(column, overflow="fold")
+    for r in RECOMMENDATIONS:
+        settings = ", ".join(f"{k}: {str(v).lower()}" for k, v in r.settings.items())
+        advice.add_row(r.situation, f"[bold]{r.method}[/]" + (f"\n{settings}" if settings else ""), r.measured)
+    console.print(advice)

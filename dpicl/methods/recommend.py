@@ -1,0 +1,53 @@
+"""Which method to start with, per kind of task: the best DP method each of our measurements found, next to the free
+baselines of the same run (docs/BENCHMARKS.md, the section each entry names). All were measured with the embedded
+SmolLM2-135M on a 2-core CPU, mostly on 24–100 queries and one repetition: a starting point, to be checked on your
+own data with `dpicl evaluate`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    situation: str
+    method: str
+    settings: dict
+    measured: str  # the DP figure next to the free baselines of the same run
+    section: str  # the docs/BENCHMARKS.md section that holds the run
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+RECOMMENDATIONS = (
+    Recommendation(
+        "text answers, with a public dataset of the same kind",
+        "sga", {"select": "top1", "public_demonstrations": "nearest"},
+        "demo tickets, ε = 4: ROUGE-L 39.0 against 21.8 zero-shot (30.3 with random public demonstrations); the "
+        "free 4-shot ICL with the nearest public tickets scored 45.0",
+        "The demo's method (`dpicl evaluate` on the demo data)"),
+    Recommendation(
+        "text in a fixed format (data-to-text), no public data",
+        "dp-fewshot", {},
+        "E2E, ε = 1–4: synthetic demonstrations, then `synthetic-icl` answers for free: ROUGE-L 46–48 against "
+        "12.5 zero-shot and 48.6 non-private few-shot; one charge for any number of queries",
+        "E2E, token-level methods (DP few-shot generation 002, DPS-MOZO 000, AdaPMixED 003)"),
+    Recommendation(
+        "free-form text, no public data",
+        "ksa-jem", {},
+        "demo tickets, ε = 4: ROUGE-L 24.2 against 21.8 zero-shot, 25.3 for the private teachers; expect little "
+        "over zero-shot (ESA on SAMSum: 17.8 against 17.75 at ε = 8)",
+        "The demo's method (`dpicl evaluate` on the demo data)"),
+    Recommendation(
+        "classification",
+        "rnm", {"task.calibrate": True},
+        "SST-2, ε = 3: accuracy 83.3, the non-private majority's 83.3; the calibrated zero-shot answer (free) "
+        "scored 88.3 with this small model",
+        "Calibrated label votes (`benchmarks/calibration.py`)"),
+)
+
+
+def recommended_for(method: str) -> list[str]:
+    """The situations the method is recommended for."""
+    return [r.situation for r in RECOMMENDATIONS if r.method == method]

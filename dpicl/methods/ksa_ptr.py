@@ -49,7 +49,14 @@ class PTRPlan(Plan):
         return (f"  FindBestK ε_EM = {self.epsilon_em:.5f}; PTR noise multiplier {self.noise_multiplier:.5f} "
                 f"(σ = {self.sigma:.5f}, sensitivity {self.sensitivity:g}); δ0 = {self.delta0:.4g} per query "
                 f"(failures take {self.failure_delta:.3g} of δ), offset {self.offset:.3f}; the RDP accountant "
-                f"certifies ε = {self.epsilon_certified:.5f}")
+                f"certifies ε = {self.epsilon_certified:.5f}. The test passes at most half the time unless the "
+                f"proposed set's count gap exceeds {self.passing_gap:.1f} teachers, so it needs more teachers than "
+                "that (otherwise the zero-shot answer is released, still charged)")
+
+    @property
+    def passing_gap(self) -> float:
+        """The count gap at which the PTR test passes with probability 1/2 (a gap is at most the teachers' number)."""
+        return ksa_ptr.STABLE_GAP + self.offset
 
 
 @register

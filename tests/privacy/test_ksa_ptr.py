@@ -432,3 +432,16 @@ def test_plan_validation():
             ksa_ptr.plan(*args)
     with pytest.raises(ValueError, match="FindBestK"):
         ksa_ptr.plan(Q, T, 1.0, DELTA, em_epsilon=5.0)  # the EM alone exceeds ε
+
+
+def test_the_plan_says_the_gap_at_which_the_test_passes_half_the_time():
+    """`dpicl plan` tells the operator how many agreeing teachers the PTR test needs: at that count gap it passes
+    half the time, two σ below it about 2 %."""
+    from dpicl.methods.ksa_ptr import PTRPlan
+
+    plan = PTRPlan(**ksa_ptr.plan(0.0333, 20, 4.0, 1e-4))
+    assert f"exceeds {plan.passing_gap:.1f} teachers" in plan.describe()
+    rng = np.random.default_rng(0)
+    for gap, expected in ((plan.passing_gap, 0.5), (plan.passing_gap - 2 * plan.sigma, stats.norm.sf(2))):
+        rate = np.mean([ksa_ptr.ptr_passes(gap, plan.noise_multiplier, plan.delta0, rng) for _ in range(4000)])
+        assert abs(rate - expected) < 4 * math.sqrt(expected * (1 - expected) / 4000) + 1e-3, (gap, rate)

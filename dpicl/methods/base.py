@@ -56,7 +56,7 @@ class PublicEnsembleSettings(EnsembleSettings):
     # which public records the public teachers show: a draw fixed per query (paper 004), or the query's most
     # similar ones by embedding (`embedding.model`). Public data and the query only: no privacy cost either way.
     public_demonstrations: Literal["random", "nearest"] = "random"
-    # demonstrations per public teacher; default `shots` (public prompts are not batch-invariant, so cheaper)
+    # demonstrations per public teacher; default `shots` (public prompts run batched: more shots cost less there)
     public_shots: int | None = Field(None, ge=1)
 
     @property

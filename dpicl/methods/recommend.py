@@ -5,7 +5,7 @@ own data with `dpicl evaluate`."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -15,9 +15,6 @@ class Recommendation:
     settings: dict
     measured: str  # the DP figure next to the free baselines of the same run
     section: str  # the docs/BENCHMARKS.md section that holds the run
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 RECOMMENDATIONS = (

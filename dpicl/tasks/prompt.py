@@ -4,12 +4,14 @@ from the public dataset) and a public one-shot example (the last demonstration o
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
+import numpy as np
 from prefect import get_run_logger, task
 
 from dpicl.config import Config
-from dpicl.embeddings.candidates import most_similar_texts
+from dpicl.embeddings.candidates import most_similar
 from dpicl.prompts import public_ensemble, public_key, render_prompt, zero_shot_prompt
 from dpicl.storage import get_dataset, get_queries, load_records
 from dpicl.storage.artifacts import artifact_key, get_artifacts, put_artifact
@@ -31,8 +33,10 @@ def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict
     # no connection open while the encoder runs (other processes may be waiting for the database)
     ranked = {}
     if run.method.needs_public and cfg.method.public_demonstrations == "nearest":
-        rows = most_similar_texts(context.encoder(cfg), [queries[q].input for q in samples],
-                                  [r.input for r in public_records], cfg.method.teachers * cfg.method.public_shot_count)
+        encoder = context.encoder(cfg)
+        rows = most_similar(encoder.encode([queries[q].input for q in samples]),
+                            _encoded(encoder, tuple(r.input for r in public_records)),
+                            cfg.method.teachers * cfg.method.public_shot_count)
         ranked = {q: row.tolist() for q, row in zip(samples, rows)}
     with context.database(db_path) as con:
         keys = {}
@@ -59,6 +63,12 @@ def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict
                                                        ranked.get(query_id)))
     get_run_logger().info("built prompts for %d queries", len(keys))
     return keys
+
+
+@functools.lru_cache(maxsize=2)
+def _encoded(encoder, texts: tuple[str, ...]) -> np.ndarray:
+    """The public inputs' embeddings, once per process (every batch of a run ranks against the same public set)."""
+    return encoder.encode(texts)
 
 
 def _load_public(con, cfg: Config) -> list:

@@ -21,8 +21,8 @@ RECOMMENDATIONS = (
     Recommendation(
         "text answers, with a public dataset of the same kind",
         "sga", {"select": "top1", "public_demonstrations": "nearest"},
-        "demo tickets, ε = 4: ROUGE-L 39.0 against 21.8 zero-shot (30.3 with random public demonstrations); the "
-        "free 4-shot ICL with the nearest public tickets scored 45.0",
+        "demo tickets, ε = 4: ROUGE-L 39.0 against 21.8 zero-shot (30.3 with random public demonstrations; the "
+        "free 4-shot ICL with the nearest public tickets: 45.0); SAMSum, ε = 3: 19.6 against 15.2 zero-shot",
         "The demo's method (`dpicl evaluate` on the demo data)"),
     Recommendation(
         "text in a fixed format (data-to-text), no public data",

@@ -55,10 +55,10 @@ def score(cfg, answers: list[str], references: list[str]) -> float:
 def icl_answers(cfg, backend, records, queries: list[str], rng: np.random.Generator, calibrate: bool,
                 nearest: bool = False) -> list[str]:
     """Greedy answers (or label votes) of one prompt per query with `NONPRIVATE_SHOTS` random demonstrations, or
-    with the query's most similar public ones (`nearest`, the most similar last); no demonstrations when `records` is
-    empty (zero-shot)."""
-    ranked = most_similar_texts(context.encoder(cfg), queries, [inp for inp, _ in records], NONPRIVATE_SHOTS,
-                                public=True) if nearest and records else None
+    with the query's most similar ones (`nearest`, the most similar last); no demonstrations when `records` is empty
+    (zero-shot)."""
+    ranked = most_similar_texts(context.encoder(cfg), queries, [inp for inp, _ in records], NONPRIVATE_SHOTS) \
+        if nearest and records else None
     prompts = []
     for k, query in enumerate(queries):
         if ranked is not None:

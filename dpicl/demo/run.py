@@ -45,14 +45,13 @@ def baseline_prompts(cfg, private, public, queries: list[str]) -> dict[str, list
     from dpicl.prompts import render_prompt, zero_shot_prompt
     from dpicl.tasks import context
 
-    def nearest_shots(records, public: bool) -> list[str]:
-        nearest = most_similar_texts(context.encoder(cfg), queries, [r.input for r in records], NONPRIVATE_SHOTS,
-                                     public=public)
+    def nearest_shots(records) -> list[str]:
+        nearest = most_similar_texts(context.encoder(cfg), queries, [r.input for r in records], NONPRIVATE_SHOTS)
         return [render_prompt(cfg.task, [(records[i].input, records[i].output) for i in reversed(row)], q)
                 for q, row in zip(queries, nearest)]
 
-    return {"zero-shot": [zero_shot_prompt(cfg.task, q) for q in queries],
-            "public few-shot": nearest_shots(public, True), "non-private": nearest_shots(private, False)}
+    return {"zero-shot": [zero_shot_prompt(cfg.task, q) for q in queries], "public few-shot": nearest_shots(public),
+            "non-private": nearest_shots(private)}
 
 
 def rouge_l(answers: list[str], references: list[str]) -> float:

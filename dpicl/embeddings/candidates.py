@@ -65,11 +65,10 @@ def most_similar(query_vectors: np.ndarray, record_vectors: np.ndarray, count: i
     return ids.astype(np.int64)
 
 
-def most_similar_texts(encoder, queries: Sequence[str], texts: Sequence[str], count: int, *,
-                       public: bool) -> np.ndarray:
+def most_similar_texts(encoder, queries: Sequence[str], texts: Sequence[str], count: int) -> np.ndarray:
     """For each query, the indices of its `count` most similar `texts` by the encoder's embeddings, most similar
-    first (:func:`most_similar`); `public`: the texts are public (encoded in batches, faster)."""
-    return most_similar(encoder.encode(queries), encoder.encode(texts, public=public), count)
+    first (:func:`most_similar`)."""
+    return most_similar(encoder.encode(queries), encoder.encode(texts), count)
 
 
 def _unit_rows(candidates: np.ndarray, d: int, i: int) -> np.ndarray:

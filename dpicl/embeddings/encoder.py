@@ -61,16 +61,14 @@ class Encoder:
     def dim(self) -> int:
         return self._dim
 
-    def encode(self, texts: Sequence[str], progress: bool = False, public: bool = False) -> np.ndarray:
-        """Unit vectors of `texts`. `public`: every text of the call is public, so it is encoded in batches even
-        when the encoder is batch invariant (a public vector may then depend on its public neighbours' lengths)."""
+    def encode(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of strings, not a string")
         if len(texts) == 0:
             return np.zeros((0, self._dim), dtype=np.float32)
         # One text per forward pass: its own shape, no padding (sentence-transformers pads a batch to its
         # longest text), so its vector is a function of that text alone.
-        batch = 1 if self.batch_invariant and not public else self.batch_size
+        batch = 1 if self.batch_invariant else self.batch_size
         texts = list(texts)
         # our one progress display (dpicl.progress), over chunks of whole batches
         chunk = batch * 32 if progress and shown() else len(texts)

@@ -138,7 +138,7 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
     ranked = None  # the public records most similar to each query first, when the public teachers show those
     if public and public_cfg is not None and public_cfg.method.public_demonstrations == "nearest":
         ranked = most_similar_texts(encoder_for(public_cfg), queries, [inp for inp, _ in public],
-                                    n * public_cfg.method.public_shot_count, public=True)
+                                    n * public_cfg.method.public_shot_count)
     if groups is not None and (len(groups) != len(queries) or any(len(g) != n for g in groups)):
         raise SweepError(f"teacher groupings must give {n} teachers for each of the {len(queries)} queries")
     for k, query in enumerate(queries):

@@ -68,7 +68,7 @@ def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict
 @functools.lru_cache(maxsize=2)
 def _encoded(encoder, texts: tuple[str, ...]) -> np.ndarray:
     """The public inputs' embeddings, once per process (every batch of a run ranks against the same public set)."""
-    return encoder.encode(texts, public=True)
+    return encoder.encode(texts)
 
 
 def _load_public(con, cfg: Config) -> list:

@@ -79,17 +79,6 @@ def test_batched_encoding_depends_on_the_batch(encoder):
     np.testing.assert_allclose(short, long, atol=1e-5, rtol=0)  # only the last bits
 
 
-def test_public_texts_are_encoded_in_batches_and_close_to_alone(encoder):
-    """`public=True` batches even a batch-invariant encoder (its vectors then depend on the batch, as above), and
-    stays within the last bits of the one-at-a-time vectors; a call without it stays invariant."""
-    assert encoder.batch_invariant
-    alone = encoder.encode([*PRIVATE, OTHERS[1]])[:2]
-    short, long = (encoder.encode([*PRIVATE, other], public=True)[:2] for other in OTHERS)
-    assert short.tobytes() != long.tobytes()
-    np.testing.assert_allclose(long, alone, atol=1e-5, rtol=0)
-    assert encoder.encode([*PRIVATE, OTHERS[0]])[:2].tobytes() == alone.tobytes()
-
-
 def test_the_progress_bar_path_encodes_the_same_vectors(encoder, monkeypatch):
     """On a terminal the texts are encoded in chunks under our progress bar: each vector is still a function of its
     own text (batch-invariant), so the result is the one of a single call."""

@@ -109,6 +109,9 @@ class ModelConfig(_Strict):
     # hf: greedy prompts run at once, each alone in its forward passes on its own thread (same outputs; for idle
     # cores: the demo sets 2)
     parallel_prompts: int = Field(1, ge=1)
+    # hf: greedy private prompts decode in groups of this many (each prefilled alone, consecutive prompts in input
+    # order, attention row by row: rows stay apart to the bit; docs/PRIVACY.md); 1: each prompt alone
+    decode_rows: int = Field(1, ge=1)
     # vllm: the engine's context length (default: the model's)
     max_model_len: int | None = Field(None, ge=1)
     # openai: the server's base URL (up to /v1), e.g. a `vllm serve` container
@@ -151,8 +154,8 @@ class ModelConfig(_Strict):
 
 # Left out of the dump at their defaults. batch_invariant: an opt-out changes the outputs, so it is in the keys
 # when false; the default keeps the keys of configs written before the option existed.
-_BACKEND_OPTIONS = ("batch_invariant", "parallel_prompts", "max_model_len", "base_url", "api_key_env", "timeout",
-                    "max_concurrency", "max_retries", "tokenizer")
+_BACKEND_OPTIONS = ("batch_invariant", "parallel_prompts", "decode_rows", "max_model_len", "base_url", "api_key_env",
+                    "timeout", "max_concurrency", "max_retries", "tokenizer")
 
 
 class GenerationConfig(_Strict):

@@ -74,7 +74,7 @@ def backend_options(model: Any) -> dict[str, Any]:
     options: dict[str, Any] = dict(model=model.llm, device=model.device, dtype=model.dtype, threads=model.threads,
                                    batch_size=model.batch_size, batch_invariant=model.batch_invariant)
     if model.backend == "hf":
-        options["parallel_prompts"] = model.parallel_prompts
+        options.update(parallel_prompts=model.parallel_prompts, decode_rows=model.decode_rows)
     if model.backend == "vllm" and model.max_model_len is not None:
         options["max_model_len"] = model.max_model_len
     if model.backend == "openai":

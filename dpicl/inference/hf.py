@@ -42,6 +42,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, Stop
 from dpicl.inference.base import GenerationParams, has_stop, postprocess, token_id_tuple
 from dpicl.inference.models import resolve_llm
 from dpicl.inference.openai_compat import row_seeds
+from dpicl.inference.own_rows import OWN_ROWS, decode_group
 from dpicl.progress import silence_library_bars, track
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -104,6 +105,7 @@ class HFBackend:
         batch_size: int = 16,
         batch_invariant: bool = True,
         parallel_prompts: int = 1,
+        decode_rows: int = 1,
     ) -> None:
         if not isinstance(batch_invariant, bool):
             raise TypeError("batch_invariant must be a bool")
@@ -122,9 +124,12 @@ class HFBackend:
             torch.set_num_threads(threads)
         if parallel_prompts < 1:
             raise ValueError(f"parallel_prompts must be >= 1, got {parallel_prompts}")
+        if decode_rows < 1:
+            raise ValueError(f"decode_rows must be >= 1, got {decode_rows}")
         self.batch_size = batch_size
         self.batch_invariant = batch_invariant
         self.parallel_prompts = parallel_prompts
+        self.decode_rows = decode_rows
         self.model_path = resolve_llm(model)
 
         silence_library_bars()
@@ -132,8 +137,10 @@ class HFBackend:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        # decoding groups needs the attention that keeps rows apart; the default path keeps PyTorch's SDPA as is
+        attention = {"attn_implementation": OWN_ROWS} if decode_rows > 1 else {}
         self.model = AutoModelForCausalLM.from_pretrained(
-            self.model_path, dtype=_DTYPES[dtype], local_files_only=True
+            self.model_path, dtype=_DTYPES[dtype], local_files_only=True, **attention
         ).to(self.device)
         self.model.eval()
         self._bos_id = self._missing_bos_id()
@@ -400,7 +407,14 @@ class HFBackend:
         if not prompts:
             return []
         ids = self._encode(prompts)
-        batches = self._micro_batches(ids, params.public_prompts)
+        # Greedy private prompts (each alone in its forward passes) may decode in groups that keep rows apart.
+        alone = self.batch_invariant and not params.public_prompts and params.greedy
+        grouped = alone and self.decode_rows > 1
+        if grouped:  # consecutive prompts in input order: the group sizes depend on the call's length alone
+            batches = [list(range(i, min(i + self.decode_rows, len(ids)))) for i in range(0, len(ids),
+                                                                                      self.decode_rows)]
+        else:
+            batches = self._micro_batches(ids, params.public_prompts)
         outputs: list[str | None] = [None] * len(ids)
         # A seeded call runs in a forked RNG so the caller's global torch RNG is untouched; an unseeded one
         # must not fork, or every call would restore, and so repeat, the same random stream.
@@ -413,10 +427,10 @@ class HFBackend:
         def one(batch: list[int]) -> list[tuple[str, bool]]:
             if seeds is not None:
                 torch.manual_seed(seeds[batch[0]])
-            return self._generate_batch([ids[i] for i in batch], params)
+            rows = [ids[i] for i in batch]
+            return self._decode_group(rows, params) if grouped else self._generate_batch(rows, params)
 
         # Only greedy prompts that run alone go in parallel: sampling draws from torch's one global generator.
-        alone = self.batch_invariant and not params.public_prompts and params.greedy
         workers = min(self.parallel_prompts, len(batches)) if alone else 1
         with torch.random.fork_rng(devices=cuda, enabled=seeded), \
                 ThreadPoolExecutor(workers, thread_name_prefix="dpicl-hf") as pool:
@@ -450,6 +464,21 @@ class HFBackend:
         at_limit = new.shape[1] >= params.max_new_tokens
         truncated = [at_limit and not ended.intersection(row.tolist()) for row in new]
         return list(zip(self.tokenizer.batch_decode(new, skip_special_tokens=True), truncated, strict=True))
+
+    def _decode_group(self, ids: list[list[int]], params: GenerationParams) -> list[tuple[str, bool]]:
+        """Greedy completions of a group decoded together, rows kept apart (`own_rows`), ended as
+        `_generate_batch` ends them: at EOS, at a stop string after leading whitespace, or at the token limit."""
+        ended = set(self.eos_token_ids) | {self.tokenizer.pad_token_id}
+
+        def done(tokens: list[int]) -> bool:
+            if tokens[-1] in self.eos_token_ids:
+                return True
+            return bool(params.stop) and has_stop(self.tokenizer.decode(tokens, skip_special_tokens=True),
+                                                  params.stop)
+
+        rows = decode_group(self.model, ids, params.max_new_tokens, done)
+        return [(self.tokenizer.decode(tokens, skip_special_tokens=True),
+                 len(tokens) >= params.max_new_tokens and not ended.intersection(tokens)) for tokens in rows]
 
     def close(self) -> None:
         """Free the model's memory (and the kept KV caches); the backend cannot generate or score afterwards."""

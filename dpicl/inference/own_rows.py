@@ -1,0 +1,102 @@
+"""Greedy decoding of several private prompts together, without letting them mix (privacy invariant 10).
+
+One decoding step of one prompt is a matrix-vector product per weight matrix: on a CPU it reads all the weights
+from memory for a single row. Decoding a group of B prompts together reads them once for B rows. The rows must
+still not depend on each other, to the bit:
+
+* each prompt is prefilled alone, in its own shape, as on the one-at-a-time path;
+* a decoding step's matrix products have the shape (B, width). B is the group's size, a public quantity: groups are
+  consecutive prompts of the call, in input order, so only the call's length sets them. A row of a product of fixed
+  shape is computed from that row alone (the same operations in the same order, whatever the other rows hold);
+* attention is the one place where the padding would enter (the group's KV cache is left-padded to its longest
+  prompt, a private length), so it runs row by row over that row's own positions only (`own_rows_attention`);
+* a row that has finished keeps being fed (its later tokens are dropped), so the shape stays (B, width) until the
+  whole group is done.
+
+So a prompt's tokens are a function of its own prompt, its place in its group and the group's size.
+`tests/inference/test_own_rows.py` checks this bit for bit, and that padded attention would break it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface, DynamicCache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+# The attention implementation a model is loaded with when it decodes groups (`HFBackend(decode_rows > 1)`).
+OWN_ROWS = "dpicl_own_rows"
+
+
+def own_rows_attention(module, query, key, value, attention_mask, **kwargs):
+    """PyTorch's SDPA, except in a decoding step (one new token per row) of several rows: then each row attends
+    over its own positions only, as if it were alone (the padding positions are never read)."""
+    batch, _, q_length, _ = query.shape
+    if q_length != 1 or batch == 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    outputs = []
+    for row in range(batch):
+        # sdpa_mask's boolean mask (batch, 1, 1, kv): True where the row attends; None when no row is padded
+        own = slice(None) if attention_mask is None else attention_mask[row, 0, 0]
+        out, _ = sdpa_attention_forward(module, query[row:row + 1], key[row:row + 1, :, own],
+                                        value[row:row + 1, :, own], None, **kwargs)
+        outputs.append(out)
+    return torch.cat(outputs), None
+
+
+AttentionInterface.register(OWN_ROWS, own_rows_attention)
+AttentionMaskInterface.register(OWN_ROWS, sdpa_mask)
+
+
+def stacked_cache(config, caches: Sequence[DynamicCache]) -> tuple[DynamicCache, torch.Tensor]:
+    """One left-padded KV cache of the prompts' own caches (each from a prefill alone), and its attention mask
+    (rows, longest), 1 on each row's own positions."""
+    lengths = [cache.get_seq_length() for cache in caches]
+    longest = max(lengths)
+    stacked = DynamicCache(config=config)
+    for layer in range(len(caches[0].layers)):
+        parts = [(c.layers[layer].keys, c.layers[layer].values) for c in caches]
+        keys = torch.cat([F.pad(k, (0, 0, longest - n, 0)) for (k, _), n in zip(parts, lengths)])
+        values = torch.cat([F.pad(v, (0, 0, longest - n, 0)) for (_, v), n in zip(parts, lengths)])
+        stacked.update(keys, values, layer)
+    mask = torch.zeros(len(caches), longest, dtype=torch.long, device=stacked.layers[0].keys.device)
+    for row, n in enumerate(lengths):
+        mask[row, longest - n:] = 1
+    return stacked, mask
+
+
+def decode_group(model, ids: Sequence[Sequence[int]], max_new_tokens: int,
+                 done: Callable[[list[int]], bool]) -> list[list[int]]:
+    """Each prompt's greedy tokens: prefilled alone, then decoded together with the others of the group, until
+    `done(tokens)` (EOS, a stop string) or `max_new_tokens`. `model` must use `OWN_ROWS` attention."""
+    device = model.device
+    caches, tokens = [], []
+    for row in ids:
+        cache = DynamicCache(config=model.config)
+        out = model(input_ids=torch.tensor([list(row)], device=device), past_key_values=cache, use_cache=True,
+                    logits_to_keep=1)
+        caches.append(cache)
+        tokens.append([int(out.logits[0, -1].argmax())])
+    finished = [done(t) for t in tokens]
+    if all(finished):
+        return tokens
+    cache, mask = stacked_cache(model.config, caches)
+    position = torch.tensor([[len(row)] for row in ids], device=device)
+    last = torch.tensor([[t[0]] for t in tokens], device=device)
+    for _ in range(max_new_tokens - 1):
+        if all(finished):
+            break
+        mask = torch.cat([mask, mask.new_ones((len(ids), 1))], dim=-1)
+        out = model(input_ids=last, attention_mask=mask, position_ids=position, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
+        last = out.logits[:, -1].argmax(-1, keepdim=True)
+        position = position + 1
+        for row, token in enumerate(last[:, 0].tolist()):
+            if not finished[row]:
+                tokens[row].append(token)
+                finished[row] = done(tokens[row])
+    return tokens
+

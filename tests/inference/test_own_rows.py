@@ -1,0 +1,100 @@
+"""`model.decode_rows`: greedy private prompts decoded in groups, each row still a function of its own prompt.
+
+Privacy invariant 10 (docs/PRIVACY.md) at the bit level: the final hidden state of one row at every decoding step
+is identical, float for float, whatever the other rows of its group hold (a two-token prompt, a long one). The same
+group decoded with plain padded attention does show the dependence, so the check is sensitive; and the grouped
+answers are the one-at-a-time answers on these prompts (rounding aside, the same computation).
+"""
+
+from contextlib import contextmanager
+
+import pytest
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from dpicl.config import ModelConfig
+from dpicl.inference import GenerationParams, backend_options, load_backend
+from dpicl.inference.own_rows import OWN_ROWS
+from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
+
+GREEDY = GenerationParams(max_new_tokens=24)
+OTHERS = ["Hi", LONG * 2, LONG * 5]  # the middle row of the group: 2, about 140 and about 350 tokens
+
+
+@pytest.fixture(scope="module")
+def grouped():
+    backend = load_backend("hf", model="smollm2", device="cpu", threads=1, decode_rows=3)
+    yield backend
+    backend.close()
+
+
+@contextmanager
+def decoding_states(backend, group: int):
+    """Records the final hidden states of every decoding step of a `group`-row call (one tensor per step)."""
+    states: list[torch.Tensor] = []
+
+    def keep(module, args, output):
+        if output.shape[0] == group and output.shape[1] == 1:  # a decoding step of the group, not a prefill
+            states.append(output[:, 0].clone())
+
+    handle = backend.model.model.norm.register_forward_hook(keep)
+    try:
+        yield states
+    finally:
+        handle.remove()
+
+
+def teacher_states(backend, other: str) -> tuple[list[str], list[bytes]]:
+    """The outputs of [MEDIUM, other, LIST] and, per decoding step, the bytes of rows 0 and 2 (the teachers)."""
+    with decoding_states(backend, 3) as states:
+        outputs = backend.generate([MEDIUM, other, LIST], GREEDY)
+    return outputs, [s[[0, 2]].numpy().tobytes() for s in states]
+
+
+def common(a: list[bytes], b: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    """Both step lists up to the shorter (a group runs until its longest row is done)."""
+    n = min(len(a), len(b))
+    return a[:n], b[:n]
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_a_rows_decoding_does_not_depend_on_the_other_rows(grouped):
+    outputs, reference = teacher_states(grouped, OTHERS[0])
+    assert len(reference) >= 10
+    for other in OTHERS[1:]:
+        got_outputs, got = teacher_states(grouped, other)
+        assert got_outputs[0::2] == outputs[0::2]
+        mine, theirs = common(got, reference)
+        assert mine == theirs  # every float of every step
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_padded_attention_would_let_the_rows_mix(grouped, monkeypatch):
+    """The counter-example: the same groups with PyTorch's SDPA over the left-padded cache (the padding's length is
+    the longest row's, another teacher's) change the teachers' hidden states in their last bits."""
+    monkeypatch.setitem(AttentionInterface._global_mapping, OWN_ROWS, sdpa_attention_forward)
+    _, reference = teacher_states(grouped, OTHERS[0])
+    differs = []
+    for other in OTHERS[1:]:
+        mine, theirs = common(teacher_states(grouped, other)[1], reference)
+        differs.append(mine != theirs)
+    assert any(differs)
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_grouped_answers_are_the_one_at_a_time_answers(grouped, hf_reference):
+    prompts = [SHORT, MEDIUM, LIST, LONG]  # groups of three and one
+    params = GenerationParams(max_new_tokens=16, stop=("\n",))
+    assert grouped.generate(prompts, params) == hf_reference.generate(prompts, params)
+
+
+def test_decode_rows_is_keyed_only_when_set():
+    assert "decode_rows" not in ModelConfig().model_dump()  # the keys of existing configs stay
+    assert ModelConfig(decode_rows=8).model_dump()["decode_rows"] == 8  # it changes the last bits: keyed
+    assert backend_options(ModelConfig(decode_rows=8))["decode_rows"] == 8
+    with pytest.raises(ValueError):
+        ModelConfig(decode_rows=0)

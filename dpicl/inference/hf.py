@@ -86,10 +86,13 @@ class HFBackend:
     similar length together (faster; outputs may then differ in their last bits, or in a greedy token, with
     the other prompts of the call: docs/PRIVACY.md). `batch_size` applies only then.
 
-    `parallel_prompts` (default 1): how many greedy prompts that each run alone (batch invariant, not public)
+    `parallel_prompts` (default 1): how many greedy prompts that each run alone (or groups, or micro-batches)
     `generate` runs at once, each on its own thread. torch runs an op on the thread that calls it, so with one
     intra-op thread each the prompts use that many cores; every prompt still has its own forward passes, so its
     output is the same (tested). Worth it on idle cores only: under load, threads compete as `threads` does.
+
+    `decode_rows` (default 1): greedy prompts that run alone are prefilled alone and then decoded this many at a
+    time, the rows kept apart (`own_rows`): one read of the weights per step for the group instead of per prompt.
     """
 
     name = "hf"
@@ -430,8 +433,8 @@ class HFBackend:
             rows = [ids[i] for i in batch]
             return self._decode_group(rows, params) if grouped else self._generate_batch(rows, params)
 
-        # Only greedy prompts that run alone go in parallel: sampling draws from torch's one global generator.
-        workers = min(self.parallel_prompts, len(batches)) if alone else 1
+        # Only greedy calls go in parallel: sampling draws from torch's one global generator.
+        workers = min(self.parallel_prompts, len(batches)) if params.greedy else 1
         with torch.random.fork_rng(devices=cuda, enabled=seeded), \
                 ThreadPoolExecutor(workers, thread_name_prefix="dpicl-hf") as pool:
             if seeded:

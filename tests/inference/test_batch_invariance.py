@@ -128,8 +128,8 @@ def test_seeded_samples_do_not_depend_on_the_other_prompts(hf_reference):
 @pytest.mark.slow
 @pytest.mark.model
 def test_greedy_prompts_in_parallel_threads_give_the_same_outputs(hf_reference, monkeypatch):
-    """`parallel_prompts`: greedy prompts that run alone go on several threads at once, with the same outputs;
-    sampled calls stay on the caller's thread (torch's one global generator)."""
+    """`parallel_prompts`: greedy prompts that run alone (and public micro-batches) go on several threads at once,
+    with the same outputs; sampled calls stay on the caller's thread (torch's one global generator)."""
     import threading
     from dataclasses import replace
 
@@ -149,6 +149,14 @@ def test_greedy_prompts_in_parallel_threads_give_the_same_outputs(hf_reference, 
     threads.clear()
     hf_reference.generate(prompts, replace(GREEDY, temperature=1.0, seed=3))
     assert threads == {threading.current_thread().name}
+    # public prompts: their micro-batches go on the threads too, with the same outputs as one after the other
+    public = replace(GREEDY, public_prompts=True)
+    monkeypatch.setattr(hf_reference, "batch_size", 2)
+    threads.clear()
+    in_parallel = hf_reference.generate(prompts, public)
+    assert len(threads) == 2
+    monkeypatch.setattr(hf_reference, "parallel_prompts", 1)
+    assert hf_reference.generate(prompts, public) == in_parallel
 
 
 @pytest.mark.slow

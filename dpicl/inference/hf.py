@@ -411,8 +411,7 @@ class HFBackend:
             return []
         ids = self._encode(prompts)
         # Greedy private prompts (each alone in its forward passes) may decode in groups that keep rows apart.
-        alone = self.batch_invariant and not params.public_prompts and params.greedy
-        grouped = alone and self.decode_rows > 1
+        grouped = self.decode_rows > 1 and self.batch_invariant and not params.public_prompts and params.greedy
         if grouped:  # consecutive prompts in input order: the group sizes depend on the call's length alone
             batches = [list(range(i, min(i + self.decode_rows, len(ids)))) for i in range(0, len(ids),
                                                                                       self.decode_rows)]

@@ -37,6 +37,8 @@ def own_rows_attention(module, query, key, value, attention_mask, **kwargs):
     batch, _, q_length, _ = query.shape
     if q_length != 1 or batch == 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    if attention_mask is not None and attention_mask.dtype != torch.bool:
+        raise TypeError(f"own-rows attention expects sdpa_mask's boolean mask, got {attention_mask.dtype}")
     outputs = []
     for row in range(batch):
         # sdpa_mask's boolean mask (batch, 1, 1, kv): True where the row attends; None when no row is padded

@@ -130,3 +130,38 @@ def test_generator_reproduces_committed_files(tmp_path):
 
 def test_data_is_small():
     assert sum((DATA / name).stat().st_size for name in FILES) < 300_000
+
+
+@pytest.mark.model
+def test_the_demos_few_shot_baselines_show_each_querys_nearest_tickets_nearest_last():
+    """`dpicl demo`'s free and non-private baselines: 4-shot prompts with the query's most similar public (private)
+    tickets by cosine similarity of their embeddings, the nearest closest to the query; zero-shot has none."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from dpicl.config import load_config
+    from dpicl.demo.run import NONPRIVATE_SHOTS, baseline_prompts
+    from dpicl.prompts import render_prompt, zero_shot_prompt
+    from dpicl.tasks import context
+
+    cfg = load_config("demo")
+
+    def records(name: str) -> list[SimpleNamespace]:
+        rows = [json.loads(line) for line in (DATA / name).read_text(encoding="utf-8").splitlines()]
+        return [SimpleNamespace(input=r["ticket"], output=r.get("summary")) for r in rows]
+
+    private, public = records("private_tickets.jsonl")[:40], records("public_tickets.jsonl")[:40]
+    queries = [r.input for r in records("backlog.jsonl")[:3]]
+    prompts = baseline_prompts(cfg, private, public, queries)
+
+    encoder = context.encoder(cfg)
+    unit = lambda v: v / np.linalg.norm(v, axis=1, keepdims=True)  # noqa: E731
+    q = unit(encoder.encode(queries))
+    for name, pool in (("public few-shot", public), ("non-private", private)):
+        similarity = q @ unit(encoder.encode([r.input for r in pool])).T
+        for i, query in enumerate(queries):
+            nearest = np.argsort(-similarity[i], kind="stable")[:NONPRIVATE_SHOTS]
+            shots = [(pool[j].input, pool[j].output) for j in reversed(nearest)]
+            assert prompts[name][i] == render_prompt(cfg.task, shots, query)
+    assert prompts["zero-shot"] == [zero_shot_prompt(cfg.task, query) for query in queries]

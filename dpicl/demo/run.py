@@ -41,12 +41,15 @@ def canary_hits(answers: list[str], planted: list[str]) -> int:
 def baseline_prompts(cfg, private, public, queries: list[str]) -> dict[str, list[str]]:
     """The alternatives' prompts: the free ones, zero-shot (no demonstrations) and 4-shot ICL with each query's most
     similar public tickets, and the leaky non-private baseline, 4-shot ICL with its most similar private ones."""
-    from dpicl.embeddings.candidates import most_similar_texts
+    from dpicl.embeddings.candidates import most_similar
     from dpicl.prompts import render_prompt, zero_shot_prompt
     from dpicl.tasks import context
 
+    encoder = context.encoder(cfg)
+    query_vectors = encoder.encode(queries)  # once for both sets of nearest tickets
+
     def nearest_shots(records) -> list[str]:
-        nearest = most_similar_texts(context.encoder(cfg), queries, [r.input for r in records], NONPRIVATE_SHOTS)
+        nearest = most_similar(query_vectors, encoder.encode([r.input for r in records]), NONPRIVATE_SHOTS)
         return [render_prompt(cfg.task, [(records[i].input, records[i].output) for i in reversed(row)], q)
                 for q, row in zip(queries, nearest)]
 

@@ -56,8 +56,7 @@ def main() -> None:
             start = time.perf_counter()
             outputs = backend.generate(teachers.prompts, teachers.params)
             runs[name].append((time.perf_counter() - start, outputs))
-    reference = min(runs["one at a time"])[1]
-    base = min(runs["one at a time"])[0]
+    base, reference = min(runs["one at a time"], key=lambda run: run[0])
     rows = []
     print(f"{'path':<26} {'best s':>7} {'runs s':>13} {'speed-up':>9} {'answers as one at a time':>25}")
     for name, measured in runs.items():

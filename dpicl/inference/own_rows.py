@@ -101,4 +101,3 @@ def decode_group(model, ids: Sequence[Sequence[int]], max_new_tokens: int,
                 tokens[row].append(token)
                 finished[row] = done(tokens[row])
     return tokens
-

@@ -65,13 +65,15 @@ class Backend(Protocol):
 
     Optional capabilities (see `CAPABILITIES`; test with `supports`, demand with `require`):
 
-    - `label_logprobs(prompts, continuations, *, progress=False) -> np.ndarray`, shape
+    - `label_logprobs(prompts, continuations, *, progress=False, variants=1) -> np.ndarray`, shape
       (len(prompts), len(continuations)): the log-softmax over the full vocabulary of the next token after each
       prompt, read at the first token of each continuation (a label as it follows the prompt, e.g.
       `" positive"`; the caller adds the leading space). Continuations must differ in their first token
       (`ValueError` naming the labels otherwise). Classification tasks predict the label with the highest score
       (the local form of the OpenAI `logit_bias` + `max_tokens=1` trick); they cannot run on a backend without
-      it. See `LabelScorer`.
+      it. `variants` > 1 says the prompts come in consecutive groups of that many variants of one prompt (the
+      same demonstrations), which a backend may score together (their shared prefix computed once); it must
+      divide the number of prompts. See `LabelScorer`.
     - `next_token_logprobs(prompts, suffix=(), *, token_ids=None, cache=True) -> np.ndarray`, shape
       (len(prompts), vocab_size): the log-softmax over the full vocabulary of the next token after each
       `prompt + suffix`, where `suffix` is a list of token ids shared by all prompts (the tokens generated so
@@ -94,7 +96,7 @@ class LabelScorer(Protocol):
     """The optional `label_logprobs` capability of a `Backend` (documented there)."""
 
     def label_logprobs(
-        self, prompts: Sequence[str], continuations: Sequence[str], *, progress: bool = False
+        self, prompts: Sequence[str], continuations: Sequence[str], *, progress: bool = False, variants: int = 1
     ) -> np.ndarray: ...
 
 
@@ -259,6 +261,13 @@ def has_stop(text: str, stop: Sequence[str]) -> bool:
     """Whether `postprocess` would cut `text` at a stop string (the test generation stops on)."""
     text = text.lstrip()
     return any(s in text for s in stop)
+
+
+def check_variants(prompts: int, variants: int) -> None:
+    """`label_logprobs`' `variants`: at least 1, and a divisor of the number of prompts (whole groups)."""
+    if isinstance(variants, bool) or not isinstance(variants, int) or variants < 1 or prompts % variants:
+        raise ValueError(f"variants must be an int >= 1 that divides the number of prompts ({prompts}), "
+                         f"got {variants!r}")
 
 
 def token_id_tuple(ids: Sequence[int], limit: int, what: str) -> tuple[int, ...]:

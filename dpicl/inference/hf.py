@@ -28,6 +28,7 @@ has its own KV cache and forward passes, so one prompt's distribution does not d
 
 from __future__ import annotations
 
+import copy
 import gc
 import inspect
 from collections import OrderedDict
@@ -39,7 +40,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StoppingCriteria, StoppingCriteriaList
 
-from dpicl.inference.base import GenerationParams, has_stop, postprocess, token_id_tuple
+from dpicl.inference.base import GenerationParams, check_variants, has_stop, postprocess, token_id_tuple
 from dpicl.inference.models import resolve_llm
 from dpicl.inference.openai_compat import row_seeds
 from dpicl.inference.own_rows import OWN_ROWS, decode_group
@@ -246,7 +247,7 @@ class HFBackend:
 
     @torch.inference_mode()
     def label_logprobs(
-        self, prompts: Sequence[str], continuations: Sequence[str], *, progress: bool = False
+        self, prompts: Sequence[str], continuations: Sequence[str], *, progress: bool = False, variants: int = 1
     ) -> np.ndarray:
         """Log-probabilities, shape (len(prompts), len(continuations)), of each continuation's first token as
         the next token after each prompt (log-softmax over the full vocabulary, computed in float32).
@@ -254,14 +255,25 @@ class HFBackend:
         One forward pass per micro-batch (per prompt when batch invariant: then a row's bits do not depend on
         the other prompts); with left padding the last position is the prediction position. Rows come back in
         input order.
+
+        `variants` > 1: the prompts come in consecutive groups of that many variants of one prompt (the same
+        demonstrations, different queries: `teachers.label_votes`' content-free inputs). When batch invariant, a
+        group's common token prefix is prefilled once and its variants' remaining tokens run on it together
+        (`_label_variants`): a group's rows depend on that group's prompts alone.
         """
         self._check_prompts(prompts)
         label_ids = self.label_token_ids(continuations)
+        check_variants(len(prompts), variants)
         scores = np.empty((len(prompts), len(label_ids)), dtype=np.float64)
         if not prompts:
             return scores
         ids = self._encode(prompts)
         index = torch.tensor(label_ids, device=self.device)
+        if variants > 1 and self.batch_invariant:
+            groups = [list(range(i, i + variants)) for i in range(0, len(ids), variants)]
+            for group in track(groups, "label logprobs", enabled=progress):
+                scores[group] = self._label_variants([ids[i] for i in group], index)
+            return scores
         extra = {"logits_to_keep": 1} if self._keeps_logits else {}
         for batch in track(self._micro_batches(ids), "label logprobs", enabled=progress):
             enc = self._pad([ids[i] for i in batch])
@@ -272,6 +284,28 @@ class HFBackend:
             logprobs = torch.log_softmax(logits.float(), dim=-1).index_select(-1, index)
             scores[batch] = logprobs.cpu().numpy()
         return scores
+
+    def _label_variants(self, rows: list[list[int]], index: torch.Tensor) -> np.ndarray:
+        """The label log-probabilities after each of a group of token rows that share a prefix: the prefix in one
+        forward pass, then each row's own remaining tokens alone on a copy of the prefix's KV cache (no padding:
+        a calibrated vote's query part is several times longer than its content-free parts)."""
+        for i, row in enumerate(rows):
+            if not row:
+                raise ValueError(f"prompt {i} of a group has no tokens: there is nothing to predict from")
+        shared = 0  # each row keeps at least its last token to run on the prefix
+        while shared < min(map(len, rows)) - 1 and len({row[shared] for row in rows}) == 1:
+            shared += 1
+        prefix = DynamicCache(config=self.model.config)
+        if shared:
+            self.model(input_ids=torch.tensor([rows[0][:shared]], device=self.device), past_key_values=prefix,
+                       use_cache=True, **self._last_logits_only())
+        out = np.empty((len(rows), len(index)), dtype=np.float64)
+        for i, row in enumerate(rows):
+            cache = prefix if i == len(rows) - 1 else copy.deepcopy(prefix)  # the last row may extend it
+            logits = self.model(input_ids=torch.tensor([row[shared:]], device=self.device), past_key_values=cache,
+                                use_cache=True, **self._last_logits_only()).logits[:, -1, :]
+            out[i] = torch.log_softmax(logits.float(), dim=-1).index_select(-1, index)[0].cpu().numpy()
+        return out
 
     def encode_text(self, text: str) -> list[int]:
         """The token ids of a continuation `text` (no special tokens added), e.g. for a `suffix`."""

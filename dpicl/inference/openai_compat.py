@@ -31,6 +31,7 @@ from dpicl.inference.base import (
     GenerationParams,
     TokenizerText,
     UnsupportedCapabilityError,
+    check_variants,
     postprocess,
     refuse_batch_dependence,
     token_id_tuple,
@@ -312,10 +313,12 @@ class OpenAIBackend(TokenizerText):
         return [self._bos_id, *ids] if self._bos_id is not None else ids
 
     def label_logprobs(self, prompts: Sequence[str], continuations: Sequence[str], *,
-                       progress: bool = False) -> np.ndarray:
+                       progress: bool = False, variants: int = 1) -> np.ndarray:
         """Log-probabilities, shape (len(prompts), len(continuations)), of each continuation's first token as the
-        next token after each prompt (see `base.Backend`)."""
+        next token after each prompt (see `base.Backend`). `variants` is the server's affair: vLLM's prefix
+        caching computes a shared prefix once."""
         prompts = check_prompts(prompts)
+        check_variants(len(prompts), variants)
         label_ids = label_first_tokens(self.tokenizer, continuations)
         rows = self._next_token_rows(prompts, [[] for _ in prompts], label_ids, progress, "label logprobs")
         return rows.astype(np.float64)

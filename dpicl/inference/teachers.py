@@ -24,16 +24,19 @@ def label_votes(backend, prompts: list[str], cfg, queries: Sequence[str] | None 
     if not prompts:
         return []
     labels = [cfg.task.label_prefix + label for label in cfg.task.labels]
-    scores = np.asarray(backend.label_logprobs(prompts, labels, progress=True))
-    if cfg.task.calibrate:
-        if queries is None or len(queries) != len(prompts):
-            raise ValueError("calibrated label votes need the query text of every prompt")
-        inputs = cfg.task.content_free_inputs
-        free = [content_free_prompt(cfg.task, prompt, query, x) for prompt, query in zip(prompts, queries)
-                for x in inputs]
-        free_scores = np.asarray(backend.label_logprobs(free, labels, progress=True))
-        scores = calibrated_scores(scores, free_scores.reshape(len(prompts), len(inputs), len(labels)))
-    return np.argmax(scores, axis=1).astype(int).tolist()
+    if not cfg.task.calibrate:
+        scores = np.asarray(backend.label_logprobs(prompts, labels, progress=True))
+        return np.argmax(scores, axis=1).astype(int).tolist()
+    if queries is None or len(queries) != len(prompts):
+        raise ValueError("calibrated label votes need the query text of every prompt")
+    # each prompt, then its content-free variants: one group of variants that share the demonstrations
+    inputs = cfg.task.content_free_inputs
+    groups = [[prompt, *(content_free_prompt(cfg.task, prompt, query, x) for x in inputs)]
+              for prompt, query in zip(prompts, queries, strict=True)]
+    scores = np.asarray(backend.label_logprobs([p for group in groups for p in group], labels, progress=True,
+                                               variants=1 + len(inputs)))
+    scores = scores.reshape(len(prompts), 1 + len(inputs), len(labels))
+    return np.argmax(calibrated_scores(scores[:, 0], scores[:, 1:]), axis=1).astype(int).tolist()
 
 
 def content_free_prompt(task, prompt: str, query: str, content_free: str) -> str:

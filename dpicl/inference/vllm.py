@@ -22,6 +22,7 @@ import numpy as np
 from dpicl.inference.base import (
     GenerationParams,
     TokenizerText,
+    check_variants,
     postprocess,
     refuse_batch_dependence,
     token_id_tuple,
@@ -256,10 +257,12 @@ class VLLMBackend(TokenizerText):
     # ------------------------------------------------------------ log-probabilities
 
     def label_logprobs(self, prompts: Sequence[str], continuations: Sequence[str], *,
-                       progress: bool = False) -> np.ndarray:
+                       progress: bool = False, variants: int = 1) -> np.ndarray:
         """Log-probabilities, shape (len(prompts), len(continuations)), of each continuation's first token as the
-        next token after each prompt (log-softmax over the full vocabulary; see `base.Backend`)."""
+        next token after each prompt (log-softmax over the full vocabulary; see `base.Backend`). `variants` needs
+        nothing more here: vLLM's prefix caching computes a shared prefix once."""
         prompts = self._check(prompts)
+        check_variants(len(prompts), variants)
         label_ids = self.label_token_ids(continuations)
         if not prompts:
             return np.empty((0, len(label_ids)), dtype=np.float64)

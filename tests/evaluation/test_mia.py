@@ -410,7 +410,7 @@ class LabelCopyingLLM:
 
     name = "label-fake"
 
-    def label_logprobs(self, prompts, continuations, *, progress=False):
+    def label_logprobs(self, prompts, continuations, *, progress=False, variants=1):
         labels = [c.strip() for c in continuations]
         out = np.empty((len(prompts), len(labels)))
         for r, prompt in enumerate(prompts):

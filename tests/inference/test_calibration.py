@@ -24,7 +24,7 @@ class BiasedModel:
         self.strength = strength
         self.prompts: list[str] = []
 
-    def label_logprobs(self, prompts, continuations, *, progress=False):
+    def label_logprobs(self, prompts, continuations, *, progress=False, variants=1):
         self.prompts += prompts
         out = []
         for prompt in prompts:

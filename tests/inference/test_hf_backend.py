@@ -203,6 +203,34 @@ def test_label_logprobs_do_not_depend_on_batch_or_order(backend):
     np.testing.assert_allclose(reordered, alone[::-1, ::-1], atol=1e-4, rtol=0)
 
 
+def test_label_logprobs_of_variants_equal_each_prompt_alone(backend):
+    """Groups of variants (one prompt and its content-free inputs, as calibrated votes send them) share their prefix's
+    forward pass, yet score as each prompt alone; a group without a shared first token runs without a prefix."""
+    other = "Review: a tedious exercise\nSentiment: negative\n\n"
+    groups = [[review(q) for q in ("a wonderful, moving film that I will see again", "N/A", "", "[MASK]")],
+              [f"{other}Review: {q}\nSentiment:" for q in ("so bad", "N/A", "", "[MASK]")],
+              [SHORT, LIST, MEDIUM, review("fine")]]  # nothing shared
+    flat = [p for group in groups for p in group]
+    alone = np.vstack([backend.label_logprobs([p], SENTIMENT) for p in flat])
+    together = backend.label_logprobs(flat, SENTIMENT, variants=4)
+    np.testing.assert_allclose(together, alone, atol=1e-4, rtol=0)
+    assert np.abs(alone[0] - alone[1]).max() > 0.05  # the variants do score differently
+
+
+def test_label_logprobs_of_a_group_of_variants_do_not_depend_on_the_other_groups(backend):
+    mine = [review(q) for q in ("a moving film", "N/A", "")]
+    first = backend.label_logprobs(mine + [review("x"), review("a much longer review " * 8), SHORT], SENTIMENT,
+                                   variants=3)
+    second = backend.label_logprobs(mine + [LONG, LIST, review("y")], SENTIMENT, variants=3)
+    assert np.array_equal(first[:3], second[:3])  # bit for bit
+
+
+@pytest.mark.parametrize("variants", [0, 2, True])
+def test_label_logprobs_refuse_variants_that_do_not_divide_the_prompts(backend, variants):
+    with pytest.raises(ValueError, match="variants"):
+        backend.label_logprobs([SHORT, LIST, MEDIUM], SENTIMENT, variants=variants)
+
+
 def test_label_logprobs_sentiment_sanity(backend):
     # Holds with a wide margin for SmolLM2-135M (about 3.3 nats for the positive review, 0.9 for the negative).
     positive, negative = backend.label_logprobs(

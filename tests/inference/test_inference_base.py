@@ -126,7 +126,7 @@ class _GenerateOnly:
 
 
 class _Scoring(_GenerateOnly):
-    def label_logprobs(self, prompts, continuations, *, progress=False):
+    def label_logprobs(self, prompts, continuations, *, progress=False, variants=1):
         import numpy as np
 
         return np.zeros((len(prompts), len(continuations)))

@@ -22,7 +22,7 @@ class FakeBackend:
             out.append(f"summary {digest}" if params.temperature == 0 else f"candidate {i % 5} {digest[:2]}")
         return out
 
-    def label_logprobs(self, prompts, continuations, *, progress=False):
+    def label_logprobs(self, prompts, continuations, *, progress=False, variants=1):
         """Log-probabilities that favour one label per prompt, chosen by a hash of the prompt."""
         self.calls.append((len(prompts), -1.0))
         scores = np.full((len(prompts), len(continuations)), -5.0)

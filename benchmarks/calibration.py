@@ -25,9 +25,10 @@ from dpicl.tasks import context
 
 
 class _ScoreCache:
-    """The backend, with each prompt's label log-probabilities computed once: the calibrated pass reuses the plain
-    pass's teacher and zero-shot scores and computes only the content-free prompts (one-by-one forward passes
-    are deterministic, so the reuse changes nothing)."""
+    """The backend, with each prompt's label log-probabilities computed once: a repetition's second pass reuses the
+    scores of its first (one-by-one forward passes are deterministic, so the reuse changes nothing). A group of
+    variants (a prompt and its content-free inputs) not wholly cached is scored as a group; the scores already
+    kept stay (the group's differ from them in the last bits only)."""
 
     def __init__(self, backend):
         self.backend, self.cache = backend, {}
@@ -35,12 +36,15 @@ class _ScoreCache:
     def __getattr__(self, name):
         return getattr(self.backend, name)
 
-    def label_logprobs(self, prompts, continuations, *, progress=False):
-        todo = [p for p in dict.fromkeys(prompts) if (p, tuple(continuations)) not in self.cache]
+    def label_logprobs(self, prompts, continuations, *, progress=False, variants=1):
+        labels = tuple(continuations)
+        groups = dict.fromkeys(tuple(prompts[i:i + variants]) for i in range(0, len(prompts), variants))
+        todo = [p for group in groups if any((p, labels) not in self.cache for p in group) for p in group]
         if todo:
-            for p, row in zip(todo, self.backend.label_logprobs(todo, continuations, progress=progress)):
-                self.cache[(p, tuple(continuations))] = row
-        return np.array([self.cache[(p, tuple(continuations))] for p in prompts])
+            scores = self.backend.label_logprobs(todo, continuations, progress=progress, variants=variants)
+            for p, row in zip(todo, scores, strict=True):
+                self.cache.setdefault((p, labels), row)
+        return np.array([self.cache[(p, labels)] for p in prompts])
 
 
 def accuracies(cfg, ens, epsilon: float, rng, backend) -> dict[str, float]:

@@ -4,6 +4,7 @@ recovers:  gap_recovered = (score − zero_shot) / (non_private − zero_shot).
 
     .venv/bin/python benchmarks/utility.py [--groups sst2 samsum ...] [--queries 100] [--repetitions 3]
                                            [--epsilons 1 3 8] [--seed 0] [--plots docs/images] [--json]
+                                           [--out docs/benchmarks/utility.json]
 
 A group is configs that share one ensemble (their teachers answer once per repetition; every method aggregates
 those answers, as in `dpicl evaluate`). The baselines use the group's task and model: zero-shot is the greedy
@@ -11,9 +12,13 @@ answer without demonstrations, non-private one greedy prompt with 4 random priva
 public few-shot the same with the query's 4 most similar public demonstrations (groups with a public dataset only:
 the stronger of the free baselines); classification scores label votes, calibrated (task.calibrate) for the
 non-private row. Scores (0–100): accuracy, or ROUGE-L F1.
-Token-level methods (DP few-shot generation, DPS-MOZO, AdaPMixED) are measured by benchmarks/token_level.py.
+Token-level methods (DP few-shot generation, DPS-MOZO, AdaPMixED) are measured by benchmarks/token_level.py;
+`--token-level FILE` adds the E2E rows of its --json file.
 With --json the last line is one JSON object with `rows`: {dataset, method, epsilon, metric, score, std,
-zero_shot, non_private, public_few_shot, gap_recovered}; ε = "inf" is the method's aggregation without noise.
+zero_shot, non_private, public_few_shot, gap_recovered}; ε = "inf" is the method's aggregation without noise;
+gap_recovered is null where the non-private ceiling is not above zero-shot (no gap to recover).
+`--out` keeps the rows in a JSON file: the groups measured replace their own rows there, the others stay (groups
+may run in separate processes, one per core); the table and plots then show every dataset of the file.
 """
 
 from __future__ import annotations
@@ -85,6 +90,7 @@ def measure_group(name: str, args) -> list[dict]:
     private_pairs = [(r.input, r.output) for r in private]
     scores: dict[tuple[str, float], list[float]] = {}
     baselines: dict[str, list[float]] = {"zero_shot": [], "non_private": [], "public_few_shot": []}
+    seconds: list[float] = []
     for repetition in range(args.repetitions):
         rng = benchmark_rng(args.seed, name, repetition)
         started = time.perf_counter()
@@ -104,13 +110,17 @@ def measure_group(name: str, args) -> list[dict]:
                 answers, _ = sweep.method_answers(cfg, ens, epsilon, backend, rng)
                 for suffix, texts in answers.items():
                     scores.setdefault((cfg.method.name + suffix, epsilon), []).append(score(cfg, texts, references))
-        print(f"  {name} rep {repetition}: {time.perf_counter() - started:.0f} s", flush=True)
+        seconds.append(time.perf_counter() - started)
+        print(f"  {name} rep {repetition}: {seconds[-1]:.0f} s", flush=True)
     mean = {k: float(np.mean(v)) if v else None for k, v in baselines.items()}
-    gap = None if mean["non_private"] is None else mean["non_private"] - mean["zero_shot"]
+    # no gap to recover where the non-private ceiling is not above zero-shot: the share would be meaningless
+    gap = None if mean["non_private"] is None or mean["non_private"] <= mean["zero_shot"] \
+        else mean["non_private"] - mean["zero_shot"]
     return [{"dataset": name, "method": method, "epsilon": "inf" if math.isinf(eps) else eps,
              "metric": metric_of(base), "score": float(np.mean(v)), "std": float(np.std(v)),
              **mean, "gap_recovered": (float(np.mean(v)) - mean["zero_shot"]) / gap if gap else None,
-             "queries": len(queries), "repetitions": args.repetitions}
+             "queries": len(queries), "repetitions": args.repetitions,
+             "seconds_per_repetition": round(float(np.mean(seconds)))}
             for (method, eps), v in scores.items()]
 
 
@@ -132,13 +142,16 @@ def plot(rows: list[dict], folder: Path) -> list[Path]:
         for method in dict.fromkeys(r["method"] for r in mine):
             points = sorted((r["epsilon"], r["score"], r["std"]) for r in mine
                             if r["method"] == method and r["epsilon"] != "inf")
-            ax.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], marker="o",
-                        capsize=3, label=method)
+            ax.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] or 0.0 for p in points],
+                        marker="o", capsize=3, label=method)
         for key, style, label in (("zero_shot", ":", "zero-shot"), ("public_few_shot", "-.", "public few-shot"),
                                   ("non_private", "--", f"non-private {NONPRIVATE_SHOTS}-shot")):
             if mine[0][key] is not None:
                 ax.axhline(mine[0][key], linestyle=style, color="grey", label=label)
         ax.set_xscale("log")
+        ticks = sorted({r["epsilon"] for r in mine if r["epsilon"] != "inf"})
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
         ax.set_xlabel("ε (per budget, log scale)")
         ax.set_ylabel(f"{mine[0]['metric']} (0–100)")
         ax.set_title(f"{dataset}: {mine[0]['queries']} queries, {mine[0]['repetitions']} repetition(s)")
@@ -151,6 +164,35 @@ def plot(rows: list[dict], folder: Path) -> list[Path]:
     return paths
 
 
+def token_level_rows(path: Path) -> list[dict]:
+    """benchmarks/token_level.py's E2E figures (its --json file) as rows of this table: its non-private row is 4-shot
+    ICL on the private data as here, it has no public few-shot, and it ran one repetition at its own ε."""
+    run = json.loads(path.read_text())
+    figures = {name: row["rougeL"] for name, row in run["rows"].items()}
+    zero, ceiling = figures.pop("zero-shot"), figures.pop("few-shot (non-private)")
+    gap = ceiling - zero if ceiling > zero else None
+    rows = []
+    for name, value in figures.items():
+        method, _, epsilon = name.partition(" ε=")
+        rows.append({"dataset": "e2e", "method": method, "epsilon": float(epsilon), "metric": "rougeL",
+                     "score": value, "std": None, "zero_shot": zero, "non_private": ceiling, "public_few_shot": None,
+                     "gap_recovered": (value - zero) / gap if gap else None, "queries": run["queries"],
+                     "repetitions": 1, "source": path.name})
+    return rows
+
+
+def merge(path: Path, rows: list[dict]) -> list[dict]:
+    """Write `rows` into the JSON file at `path`, in place of the rows of their datasets (the rest kept); returns
+    all its rows."""
+    measured = {r["dataset"] for r in rows}
+    kept = json.loads(path.read_text())["rows"] if path.exists() else []
+    merged = [r for r in kept if r["dataset"] not in measured] + rows
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rows": merged}, indent=1) + "\n")
+    print(f"rows of {', '.join(sorted(measured))} written to {path}")
+    return merged
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", nargs="+", choices=sorted(GROUPS), default=["samsum", "samsum-public", "sst2",
@@ -161,17 +203,23 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plots", type=Path, help="folder for one privacy–utility PNG per dataset")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", type=Path, help="a JSON file of rows to update with this run's groups")
+    parser.add_argument("--token-level", type=Path, metavar="JSON",
+                        help="add the E2E rows of benchmarks/token_level.py's --json file (measures no group)")
     args = parser.parse_args()
-    rows = [row for name in args.groups for row in measure_group(name, args)]
+    rows = token_level_rows(args.token_level) if args.token_level else \
+        [row for name in args.groups for row in measure_group(name, args)]
+    table = merge(args.out, rows) if args.out else rows  # the file's rows, every dataset in it
     print("| dataset | method | ε | score ± std | zero-shot | public few-shot | non-private | gap recovered |")
     print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
+    for r in table:
         gap = "—" if r["gap_recovered"] is None else f"{100 * r['gap_recovered']:.0f} %"
-        print(f"| {r['dataset']} | {r['method']} | {r['epsilon']} | {r['score']:.1f} ± {r['std']:.1f} | "
+        spread = "" if r["std"] is None else f" ± {r['std']:.1f}"
+        print(f"| {r['dataset']} | {r['method']} | {r['epsilon']} | {r['score']:.1f}{spread} | "
               f"{figure(r['zero_shot'])} | {figure(r['public_few_shot'])} | {figure(r['non_private'])} | {gap} |")
     if args.plots:
         args.plots.mkdir(parents=True, exist_ok=True)
-        for path in plot(rows, args.plots):
+        for path in plot(table, args.plots):
             print(f"plot: {path}")
     if args.json:
         print(json.dumps({"queries": args.queries, "repetitions": args.repetitions, "seed": args.seed,

@@ -86,9 +86,9 @@ def test_calibrated_rnm_scores_each_teacher_prompt_with_its_content_free_inputs(
     scored: list[str] = []
     plain = backend.label_logprobs
 
-    def recording(prompts, continuations, *, progress=False):
+    def recording(prompts, continuations, *, progress=False, variants=1):
         scored.extend(prompts)
-        return plain(prompts, continuations, progress=progress)
+        return plain(prompts, continuations, progress=progress, variants=variants)
 
     backend.label_logprobs = recording
     result, releases, *_ = _run(config, db)

@@ -4,10 +4,15 @@ the same teachers (same demonstrations, same queries).
 
     .venv/bin/python benchmarks/calibration.py [--configs sst2-rnm agnews-rnm] [--queries 100] [--repetitions 3]
                                               [--epsilon 3] [--seed 0] [--batched] [--json]
+    .venv/bin/python benchmarks/calibration.py --timing [--configs sst2-rnm] [--queries 20] [--json]
 
 The configs' data come from the benchmark sets (docs/BENCHMARKS.md says where); the model is the configs' own
 (the embedded SmolLM2-135M). Accuracy, mean and standard deviation over repetitions (fresh teachers and noise).
 With --json the last line is one JSON object with `rows`: {config, calibrated, setting, accuracy, std}.
+
+--timing: the calibrated votes of `--queries` 4-shot teacher prompts, each prompt and its content-free variants
+scored as one group (the pipeline's way) against each of them alone, side by side in one process; `rows`:
+{config, prompts, prompt_tokens, grouped_s, alone_s, speedup, same_votes}.
 """
 
 from __future__ import annotations
@@ -15,12 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import time
 
 import numpy as np
 
 from dpicl.config import load_config
 from dpicl.evaluation import sweep
+from dpicl.inference.teachers import label_votes
 from dpicl.privacy.rng import benchmark_rng, derived_seed
+from dpicl.prompts import render_prompt
 from dpicl.tasks import context
 
 
@@ -59,6 +67,37 @@ def accuracies(cfg, ens, epsilon: float, rng, backend) -> dict[str, float]:
             f"RNM ε={epsilon:g}": sweep.score(cfg, private[""], refs, None)["accuracy"]}
 
 
+class _Alone:
+    """The backend, scoring every prompt alone whatever `variants` says (the way before groups)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def label_logprobs(self, prompts, continuations, *, progress=False, variants=1):
+        return self.backend.label_logprobs(prompts, continuations, progress=progress)
+
+
+def timing(name: str, queries: int, seed: int) -> dict:
+    cfg = load_config(name)
+    cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update={"calibrate": True})})
+    private, _, _, rows = sweep.load_benchmark([cfg], queries)
+    rng = np.random.default_rng(seed)
+    texts = [q for q, _ in rows]
+    prompts = [render_prompt(cfg.task, [(private[i].input, private[i].output)
+                                        for i in rng.choice(len(private), cfg.method.shots, replace=False)], q)
+               for q in texts]
+    backend = context.backend(cfg)
+    label_votes(backend, prompts[:1], cfg, texts[:1])  # warm-up
+    seconds, votes = {}, {}
+    for way, scorer in (("grouped", backend), ("alone", _Alone(backend))):
+        started = time.perf_counter()
+        votes[way] = label_votes(scorer, prompts, cfg, texts)
+        seconds[way] = time.perf_counter() - started
+    return {"config": name, "prompts": len(prompts), "prompt_tokens": float(np.mean(backend.count_tokens(prompts))),
+            "grouped_s": seconds["grouped"], "alone_s": seconds["alone"],
+            "speedup": seconds["alone"] / seconds["grouped"], "same_votes": votes["grouped"] == votes["alone"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=["sst2-rnm", "agnews-rnm"])
@@ -70,7 +109,17 @@ def main() -> None:
                         help="batched forward passes (model.batch_invariant: false): faster, votes may differ in the "
                              "last bits of a log-probability")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--timing", action="store_true", help="time grouped against one-at-a-time calibrated votes")
     args = parser.parse_args()
+    if args.timing:
+        rows = [timing(name, args.queries, args.seed) for name in args.configs]
+        for r in rows:
+            print(f"{r['config']}: {r['prompts']} calibrated votes ({r['prompt_tokens']:.0f} prompt tokens): grouped "
+                  f"{r['grouped_s']:.1f} s, each prompt alone {r['alone_s']:.1f} s, {r['speedup']:.2f}x, "
+                  f"same votes: {r['same_votes']}")
+        if args.json:
+            print(json.dumps({"rows": rows}))
+        return
     rows = []
     for name in args.configs:
         plain = load_config(name)

@@ -117,7 +117,8 @@ def measure_group(name: str, args) -> list[dict]:
     gap = None if mean["non_private"] is None or mean["non_private"] <= mean["zero_shot"] \
         else mean["non_private"] - mean["zero_shot"]
     return [{"dataset": name, "method": method, "epsilon": "inf" if math.isinf(eps) else eps,
-             "metric": metric_of(base), "score": float(np.mean(v)), "std": float(np.std(v)),
+             "metric": metric_of(base), "score": float(np.mean(v)),
+             "std": float(np.std(v)) if len(v) > 1 else None,  # one repetition shows no spread
              **mean, "gap_recovered": (float(np.mean(v)) - mean["zero_shot"]) / gap if gap else None,
              "queries": len(queries), "repetitions": args.repetitions,
              "seconds_per_repetition": round(float(np.mean(seconds)))}

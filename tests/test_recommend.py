@@ -40,4 +40,4 @@ def test_the_methods_command_shows_the_advice_and_lists_it_per_method(monkeypatc
     assert all(r.situation in " ".join(result.output.split()) for r in RECOMMENDATIONS)
     listed = json.loads(CliRunner().invoke(app, ["methods", "--json"]).output.strip().splitlines()[-1])
     by_name = {m["name"]: m["recommended_for"] for m in listed}
-    assert by_name["sga"] == ["text answers, with a public dataset of the same kind"] and by_name["esa"] == []
+    assert by_name["sga"] == ["text answers, with a public dataset of the same kind"] and by_name["ksa-jem"] == []

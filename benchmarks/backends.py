@@ -17,6 +17,8 @@ shared machine.
 
 Needs vllm (`make test-vllm` builds .venv-vllm):
 `DPICL_CACHE=.cache/dpicl .venv-vllm/bin/python benchmarks/backends.py [--queries 8] [--threads 1] [--repeat 2]`.
+On a GPU machine without vllm: `benchmarks/backends.py --backends hf --device cuda`. `--json`: one JSON object
+with every row as the last line.
 """
 
 from __future__ import annotations
@@ -83,26 +85,31 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64, help="new tokens per prompt of the no-stop workload")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each backend")
     parser.add_argument("--repeat", type=int, default=2, help="alternating runs per backend; the best counts")
+    parser.add_argument("--device", default="cpu", help="torch device of both backends (cuda: hf on a GPU)")
+    parser.add_argument("--json", action="store_true", help="end with one JSON object of every row")
+    parser.add_argument("--backends", nargs="+", choices=["hf", "vllm"], default=["hf", "vllm"],
+                        help="hf alone where vllm is not installed (the lent GPU machines)")
     args = parser.parse_args()
     demo = load_config("demo")
     # the workload the demo asked for when it answered with ESA (it uses SGA now): its teachers and candidates
     cfg = method_config(demo, "esa", teachers=demo.method.teachers, shots=demo.method.shots, candidates=6,
                         candidate_temperature=0.7, candidate_top_p=0.95)
     workloads = demo_workloads(cfg, args.queries, args.tokens)
-    common = dict(model=cfg.model.llm, device="cpu", dtype="float32", threads=args.threads)
+    common = dict(model=cfg.model.llm, device=args.device, dtype="float32", threads=args.threads)
     # throughput of batched inference on both sides: the batch-invariant (strict) hf path is slower by design
-    hf = load_backend("hf", batch_size=cfg.model.batch_size, batch_invariant=False, **common)
-    vllm = load_backend("vllm", batch_invariant=False, **common)
-    backends = (hf, vllm)
-    count = hf.count_tokens
+    extra = {"hf": dict(batch_size=cfg.model.batch_size)}
+    backends = [load_backend(name, batch_invariant=False, **extra.get(name, {}), **common) for name in args.backends]
+    count = backends[0].count_tokens
+    both = len(backends) == 2
     print(f"{args.queries} queries: {len(workloads[0].prompts)} teacher prompts ({cfg.method.teachers} per query, "
           f"{cfg.method.shots} shot, {sum(count(workloads[0].prompts))} tokens), {len(workloads[1].prompts)} "
-          f"candidate prompts ({sum(count(workloads[1].prompts))} tokens); {cfg.model.llm} fp32, CPU, "
+          f"candidate prompts ({sum(count(workloads[1].prompts))} tokens); {cfg.model.llm} fp32, {device_name(args.device)}, "
           f"{args.threads} thread(s) each, hf micro-batch {cfg.model.batch_size}")
     for backend in backends:  # warm-up (first-call allocations, kernels)
         backend.generate(workloads[0].prompts[:2], GenerationParams(max_new_tokens=4))
     print(f"{'workload':<40} {'backend':<6} {'best s':>7} {'runs s':>11} {'tokens':>7} {'tok/s':>7} {'vllm/hf':>8}")
     total = {b.name: [0.0, 0] for b in backends}
+    rows = []
     for index, workload in enumerate(workloads):
         runs = {b.name: [] for b in backends}
         for _ in range(args.repeat):
@@ -116,21 +123,36 @@ def main() -> None:
             if index < 2:  # the demo's own calls
                 total[backend.name][0] += seconds
                 total[backend.name][1] += tokens
+            rows.append({"workload": workload.name, "backend": backend.name, "seconds": seconds, "tokens": tokens,
+                         "tokens_per_s": tokens / seconds})
             every = ",".join(f"{run[0]:.0f}" for run in runs[backend.name])
-            ratio = f"{rate['vllm'] / rate['hf']:.2f}x" if backend is vllm else ""
+            ratio = f"{rate['vllm'] / rate['hf']:.2f}x" if backend.name == "vllm" and both else ""
             print(f"{workload.name:<40} {backend.name:<6} {seconds:>7.1f} {every:>11} {tokens:>7} "
                   f"{rate[backend.name]:>7.1f} {ratio:>8}")
-        if workload.params.greedy:
+        if workload.params.greedy and both:
             best = {name: min(r, key=lambda run: run[0])[1] for name, r in runs.items()}
             same = sum(a == b for a, b in zip(best["hf"], best["vllm"], strict=True))
             print(f"{'':<40} identical greedy answers {same}/{len(best['hf'])}")
         if index == 1:
             name = "demo workload (teachers + candidates)"
-            (hs, ht), (vs, vt) = total["hf"], total["vllm"]
-            print(f"{name:<40} {'hf':<6} {hs:>7.1f} {'':>11} {ht:>7} {ht / hs:>7.1f}")
-            print(f"{name:<40} {'vllm':<6} {vs:>7.1f} {'':>11} {vt:>7} {vt / vs:>7.1f} {(vt / vs) / (ht / hs):>7.2f}x")
-    vllm.close()
-    hf.close()
+            for backend_name, (seconds, tokens) in total.items():
+                ratio = f"{(tokens / seconds) / (total['hf'][1] / total['hf'][0]):.2f}x" \
+                    if backend_name == "vllm" and both else ""
+                print(f"{name:<40} {backend_name:<6} {seconds:>7.1f} {'':>11} {tokens:>7} {tokens / seconds:>7.1f} "
+                      f"{ratio:>8}")
+    for backend in backends:
+        backend.close()
+    if args.json:
+        print(json.dumps({"device": device_name(args.device), "queries": args.queries, "threads": args.threads,
+                          "rows": rows}))
+
+
+def device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        import torch
+
+        return f"{torch.cuda.get_device_name(device)} (torch {torch.__version__})"
+    return "CPU"
 
 
 if __name__ == "__main__":

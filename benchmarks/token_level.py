@@ -250,7 +250,8 @@ def main() -> None:
     planned = args.planned_queries or args.queries
     meta = {"private_records": len(private), "queries": args.queries, "planned_queries": planned,
             "model": cfgs["dps-mozo"].model.llm, "max_new_tokens": cfgs["dps-mozo"].generation.max_new_tokens,
-            "delta": 1 / len(private), "threads": torch.get_num_threads()}
+            "delta": 1 / len(private), "threads": torch.get_num_threads(),
+            "device": torch.cuda.get_device_name() if backend.device.type == "cuda" else "CPU"}
     rows: dict[str, dict[str, float]] = {}
 
     def checkpoint(partial):

@@ -29,9 +29,10 @@ def vllm_backend():
 
 @pytest.fixture(scope="session")
 def hf_reference():
-    """The hf backend, the reference the other backends are compared with (fp32, CPU)."""
+    """The hf backend, the reference the other backends are compared with (fp32; the CPU unless DPICL_TEST_DEVICE says otherwise)."""
     from dpicl.inference import load_backend
+    from tests.inference.device import DEVICE
 
-    backend = load_backend("hf", model="smollm2", device="cpu", threads=1, batch_size=16)
+    backend = load_backend("hf", model="smollm2", device=DEVICE, threads=1, batch_size=16)
     yield backend
     backend.close()

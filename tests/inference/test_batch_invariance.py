@@ -19,6 +19,7 @@ import pytest
 from dpicl.config import ModelConfig
 from dpicl.inference import BatchDependenceError, GenerationParams, backend_options, load_backend
 from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
+from tests.inference.device import DEVICE
 
 # Teachers whose outputs must not move, and the "other teacher" of the same call that changes beside them.
 TEACHERS = [SHORT, LIST, MEDIUM]
@@ -52,7 +53,7 @@ def batched(backend, batch_size: int = 16):
 
 @pytest.fixture(scope="module")
 def bf16():
-    backend = load_backend("hf", model="smollm2", device="cpu", dtype="bfloat16", threads=1)
+    backend = load_backend("hf", model="smollm2", device=DEVICE, dtype="bfloat16", threads=1)
     yield backend
     backend.close()
 

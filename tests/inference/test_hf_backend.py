@@ -9,6 +9,7 @@ import pytest
 from dpicl.inference import Backend, GenerationParams, load_backend
 from dpicl.inference.base import LabelScorer, supports
 from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
+from tests.inference.device import DEVICE
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 
@@ -16,7 +17,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.model]
 
 @pytest.fixture(scope="module")
 def backend():
-    b = load_backend("hf", model="smollm2", device="cpu", threads=1, batch_size=16)
+    b = load_backend("hf", model="smollm2", device=DEVICE, threads=1, batch_size=16)
     yield b
     b.close()
 
@@ -182,10 +183,10 @@ def test_label_logprobs_equal_a_direct_unbatched_forward(backend):
     assert scores.shape == (3, 4) and scores.dtype == np.float64
     label_ids = [backend.tokenizer(text, add_special_tokens=False).input_ids[0] for text in labels]
     for prompt, row in zip(prompts, scores, strict=True):
-        ids = torch.tensor([backend.tokenizer(prompt).input_ids])
+        ids = torch.tensor([backend.tokenizer(prompt).input_ids], device=backend.device)
         with torch.inference_mode():
             logits = backend.model(input_ids=ids).logits[0, -1].float()
-        expected = torch.log_softmax(logits, dim=-1)[label_ids].numpy()
+        expected = torch.log_softmax(logits, dim=-1)[label_ids].cpu().numpy()
         np.testing.assert_allclose(row, expected, atol=1e-4, rtol=0)
     assert (scores < 0).all()
 

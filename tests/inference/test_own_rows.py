@@ -17,6 +17,7 @@ from dpicl.config import ModelConfig
 from dpicl.inference import GenerationParams, backend_options, load_backend
 from dpicl.inference.own_rows import OWN_ROWS
 from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
+from tests.inference.device import DEVICE
 
 GREEDY = GenerationParams(max_new_tokens=24)
 OTHERS = ["Hi", LONG * 2, LONG * 5]  # the middle row of the group: 2, about 140 and about 350 tokens
@@ -24,7 +25,7 @@ OTHERS = ["Hi", LONG * 2, LONG * 5]  # the middle row of the group: 2, about 140
 
 @pytest.fixture(scope="module")
 def grouped():
-    backend = load_backend("hf", model="smollm2", device="cpu", threads=1, decode_rows=3)
+    backend = load_backend("hf", model="smollm2", device=DEVICE, threads=1, decode_rows=3)
     yield backend
     backend.close()
 
@@ -49,7 +50,7 @@ def teacher_states(backend, other: str) -> tuple[list[str], list[bytes]]:
     """The outputs of [MEDIUM, other, LIST] and, per decoding step, the bytes of rows 0 and 2 (the teachers)."""
     with decoding_states(backend, 3) as states:
         outputs = backend.generate([MEDIUM, other, LIST], GREEDY)
-    return outputs, [s[[0, 2]].numpy().tobytes() for s in states]
+    return outputs, [s[[0, 2]].cpu().numpy().tobytes() for s in states]
 
 
 def common(a: list[bytes], b: list[bytes]) -> tuple[list[bytes], list[bytes]]:

@@ -8,6 +8,7 @@ import torch
 
 from dpicl.inference import GenerationParams, load_backend
 from dpicl.inference.base import CAPABILITIES, TokenScorer, postprocess, require, supports
+from tests.inference.device import DEVICE
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 
@@ -23,7 +24,7 @@ TOP = 50  # compare the most likely entries (the far tail is irrelevant for deco
 
 @pytest.fixture(scope="module")
 def backend():
-    b = load_backend("hf", model="smollm2", device="cpu", threads=1, batch_size=16)
+    b = load_backend("hf", model="smollm2", device=DEVICE, threads=1, batch_size=16)
     yield b
     b.next_token_logprobs([SHORT])
     assert b._token_sessions

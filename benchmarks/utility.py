@@ -13,7 +13,8 @@ public few-shot the same with the query's 4 most similar public demonstrations (
 the stronger of the free baselines); classification scores label votes, calibrated (task.calibrate) for the
 non-private row. Scores (0–100): accuracy, or ROUGE-L F1.
 Token-level methods (DP few-shot generation, DPS-MOZO, AdaPMixED) are measured by benchmarks/token_level.py;
-`--token-level FILE` adds the E2E rows of its --json file.
+`--token-level FILE` adds the E2E rows of its --json file. `--configs A B [--name LABEL]` measures configs of your own
+(names or YAML paths that share one ensemble) as one group.
 With --json the last line is one JSON object with `rows`: {dataset, method, epsilon, metric, score, std,
 zero_shot, non_private, public_few_shot, gap_recovered}; ε = "inf" is the method's aggregation without noise;
 gap_recovered is null where the non-private ceiling is not above zero-shot (no gap to recover).
@@ -80,8 +81,8 @@ def icl_answers(cfg, backend, records, queries: list[str], rng: np.random.Genera
     return [cfg.task.labels[v] for v in votes]
 
 
-def measure_group(name: str, args) -> list[dict]:
-    configs = [load_config(c) for c in GROUPS[name]]
+def measure_group(name: str, args, config_names: list[str] | None = None) -> list[dict]:
+    configs = [load_config(c) for c in config_names or GROUPS[name]]
     base = sweep.check_configs(configs)
     data = sweep.load_benchmark(configs, args.queries)
     private, public, _, rows = data
@@ -198,6 +199,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", nargs="+", choices=sorted(GROUPS), default=["samsum", "samsum-public", "sst2",
                                                                                "agnews"])
+    parser.add_argument("--configs", nargs="+", metavar="CONFIG",
+                        help="measure these configs (names or paths sharing one ensemble) as one group instead")
+    parser.add_argument("--name", help="the dataset label of --configs' rows (default: the first config's name)")
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 3.0, 8.0])
@@ -208,8 +212,12 @@ def main() -> None:
     parser.add_argument("--token-level", type=Path, metavar="JSON",
                         help="add the E2E rows of benchmarks/token_level.py's --json file (measures no group)")
     args = parser.parse_args()
-    rows = token_level_rows(args.token_level) if args.token_level else \
-        [row for name in args.groups for row in measure_group(name, args)]
+    if args.token_level:
+        rows = token_level_rows(args.token_level)
+    elif args.configs:
+        rows = measure_group(args.name or load_config(args.configs[0]).name, args, args.configs)
+    else:
+        rows = [row for name in args.groups for row in measure_group(name, args)]
     table = merge(args.out, rows) if args.out else rows  # the file's rows, every dataset in it
     print("| dataset | method | ε | score ± std | zero-shot | public few-shot | non-private | gap recovered |")
     print("|---|---|---|---|---|---|---|---|")

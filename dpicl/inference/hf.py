@@ -495,11 +495,27 @@ class HFBackend:
         if params.stop:
             stopper = _StopStrings(self.tokenizer, params.stop, prompt_len)
             kwargs["stopping_criteria"] = StoppingCriteriaList([stopper])
+        if params.public_prompts and prompt_len > 1 and len({tuple(row) for row in ids}) < len(ids):
+            kwargs["past_key_values"] = self._shared_prefill(ids, enc)
         new = self.model.generate(**enc, **kwargs)[:, prompt_len:]
         ended = set(self.eos_token_ids) | {self.tokenizer.pad_token_id}
         at_limit = new.shape[1] >= params.max_new_tokens
         truncated = [at_limit and not ended.intersection(row.tolist()) for row in new]
         return list(zip(self.tokenizer.batch_decode(new, skip_special_tokens=True), truncated, strict=True))
+
+    def _shared_prefill(self, ids: list[list[int]], enc) -> DynamicCache:
+        """The KV cache of every row of a public batch but its last token, each distinct prompt prefilled once
+        (ESA's candidates: one zero-shot prompt sampled many times): `generate` then starts at the last token."""
+        distinct = list(dict.fromkeys(tuple(row) for row in ids))
+        first = [next(i for i, row in enumerate(ids) if tuple(row) == prompt) for prompt in distinct]
+        where = torch.tensor([distinct.index(tuple(row)) for row in ids], device=self.device)
+        mask = enc["attention_mask"][first, :-1]
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=enc["input_ids"][first, :-1], attention_mask=mask, position_ids=positions,
+                   past_key_values=cache, use_cache=True)
+        cache.batch_select_indices(where)  # row i: a copy of its prompt's cache
+        return cache
 
     def _decode_group(self, ids: list[list[int]], params: GenerationParams) -> list[tuple[str, bool]]:
         """Greedy completions of a group decoded together, rows kept apart (`own_rows`), ended as

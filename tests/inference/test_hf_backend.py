@@ -1,6 +1,7 @@
 """The hf backend on the embedded SmolLM2-135M-Instruct: batching, padding, limits, stops, sampling, and label
 scoring (`label_logprobs`)."""
 
+import functools
 from dataclasses import replace
 
 import numpy as np
@@ -118,6 +119,34 @@ def test_top_p_tiny_is_greedy(backend):
     params = GenerationParams(max_new_tokens=10, temperature=1.0, top_p=1e-6, seed=7)
     nucleus = backend.generate([SHORT, MEDIUM], params)
     assert nucleus == greedy
+
+
+def test_copies_of_a_public_prompt_share_one_prefill_and_answer_as_each_alone(backend, monkeypatch):
+    """ESA samples one public zero-shot prompt many times: each distinct prompt of a public batch is prefilled
+    once, its copies decode from copies of that cache, and the greedy answers are each prompt's answer alone."""
+    params = GenerationParams(max_new_tokens=12, public_prompts=True)
+    call = [MEDIUM, MEDIUM, LIST, MEDIUM, LIST]
+    alone = {p: backend.generate([p], params)[0] for p in (MEDIUM, LIST)}
+    prefilled = []
+    forward = backend.model.forward
+
+    @functools.wraps(forward)  # generate reads the signature (position_ids for left-padded rows)
+    def recording(*args, **kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is not None and ids.shape[1] > 1:
+            prefilled.append(ids.shape[0])
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(backend.model, "forward", recording)
+    assert backend.generate(call, params) == [alone[p] for p in call]
+    assert prefilled == [2]  # one prefill of the two distinct prompts, none of the copies
+
+
+def test_sampled_copies_of_a_public_prompt_differ_and_follow_the_seed(backend):
+    params = GenerationParams(max_new_tokens=12, temperature=1.0, seed=11, public_prompts=True)
+    first = backend.generate([MEDIUM] * 6, params)
+    assert len(set(first)) > 1  # each copy samples its own tokens from the shared cache
+    assert backend.generate([MEDIUM] * 6, params) == first
 
 
 def test_count_tokens(backend):

@@ -103,8 +103,8 @@ def main() -> None:
     both = len(backends) == 2
     print(f"{args.queries} queries: {len(workloads[0].prompts)} teacher prompts ({cfg.method.teachers} per query, "
           f"{cfg.method.shots} shot, {sum(count(workloads[0].prompts))} tokens), {len(workloads[1].prompts)} "
-          f"candidate prompts ({sum(count(workloads[1].prompts))} tokens); {cfg.model.llm} fp32, {device_name(args.device)}, "
-          f"{args.threads} thread(s) each, hf micro-batch {cfg.model.batch_size}")
+          f"candidate prompts ({sum(count(workloads[1].prompts))} tokens); {cfg.model.llm} fp32, "
+          f"{device_name(args.device)}, {args.threads} thread(s) each, hf micro-batch {cfg.model.batch_size}")
     for backend in backends:  # warm-up (first-call allocations, kernels)
         backend.generate(workloads[0].prompts[:2], GenerationParams(max_new_tokens=4))
     print(f"{'workload':<40} {'backend':<6} {'best s':>7} {'runs s':>11} {'tokens':>7} {'tok/s':>7} {'vllm/hf':>8}")

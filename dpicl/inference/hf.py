@@ -43,6 +43,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, Stop
 from dpicl.inference.base import GenerationParams, check_variants, has_stop, postprocess, token_id_tuple
 from dpicl.inference.models import resolve_llm
 from dpicl.inference.openai_compat import row_seeds
+from dpicl.inference.kv_cache import with_cache
 from dpicl.inference.own_rows import OWN_ROWS, decode_group
 from dpicl.progress import silence_library_bars, track
 
@@ -297,13 +298,14 @@ class HFBackend:
             shared += 1
         prefix = DynamicCache(config=self.model.config)
         if shared:
-            self.model(input_ids=torch.tensor([rows[0][:shared]], device=self.device), past_key_values=prefix,
-                       use_cache=True, **self._last_logits_only())
+            self.model(input_ids=torch.tensor([rows[0][:shared]], device=self.device),
+                       **with_cache(self.model, prefix), use_cache=True, **self._last_logits_only())
         out = np.empty((len(rows), len(index)), dtype=np.float64)
         for i, row in enumerate(rows):
             cache = prefix if i == len(rows) - 1 else copy.deepcopy(prefix)  # the last row may extend it
-            logits = self.model(input_ids=torch.tensor([row[shared:]], device=self.device), past_key_values=cache,
-                                use_cache=True, **self._last_logits_only()).logits[:, -1, :]
+            logits = self.model(input_ids=torch.tensor([row[shared:]], device=self.device),
+                                **with_cache(self.model, cache), use_cache=True,
+                                **self._last_logits_only()).logits[:, -1, :]
             out[i] = torch.log_softmax(logits.float(), dim=-1).index_select(-1, index)[0].cpu().numpy()
         return out
 
@@ -390,7 +392,7 @@ class HFBackend:
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
         past = DynamicCache(config=self.model.config) if cache else None
         out = self.model(input_ids=enc["input_ids"], attention_mask=mask, position_ids=positions,
-                         past_key_values=past, use_cache=cache, **self._last_logits_only())
+                         **with_cache(self.model, past), use_cache=cache, **self._last_logits_only())
         return _TokenGroup(
             cache=past,  # type: ignore[arg-type]
             mask=mask,
@@ -412,7 +414,7 @@ class HFBackend:
         positions = group.next_pos + torch.arange(k, device=self.device)
         mask = torch.cat([group.mask, group.mask.new_ones((n, k))], dim=-1)
         out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                         past_key_values=group.cache, use_cache=True, **self._last_logits_only())
+                         **with_cache(self.model, group.cache), use_cache=True, **self._last_logits_only())
         group.mask = mask
         group.next_pos = group.next_pos + k
         group.logprobs = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
@@ -496,7 +498,7 @@ class HFBackend:
             stopper = _StopStrings(self.tokenizer, params.stop, prompt_len)
             kwargs["stopping_criteria"] = StoppingCriteriaList([stopper])
         if params.public_prompts and prompt_len > 1 and len({tuple(row) for row in ids}) < len(ids):
-            kwargs["past_key_values"] = self._shared_prefill(ids, enc)
+            kwargs.update(with_cache(self.model, self._shared_prefill(ids, enc)))
         new = self.model.generate(**enc, **kwargs)[:, prompt_len:]
         ended = set(self.eos_token_ids) | {self.tokenizer.pad_token_id}
         at_limit = new.shape[1] >= params.max_new_tokens
@@ -513,7 +515,7 @@ class HFBackend:
         positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
         cache = DynamicCache(config=self.model.config)
         self.model(input_ids=enc["input_ids"][first, :-1], attention_mask=mask, position_ids=positions,
-                   past_key_values=cache, use_cache=True)
+                   **with_cache(self.model, cache), use_cache=True)
         cache.batch_select_indices(where)  # row i: a copy of its prompt's cache
         return cache
 

@@ -27,6 +27,8 @@ from transformers import AttentionInterface, DynamicCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from dpicl.inference.kv_cache import with_cache
+
 # The attention implementation a model is loaded with when it decodes groups (`HFBackend(decode_rows > 1)`).
 OWN_ROWS = "dpicl_own_rows"
 
@@ -78,7 +80,7 @@ def decode_group(model, ids: Sequence[Sequence[int]], max_new_tokens: int,
     caches, tokens = [], []
     for row in ids:
         cache = DynamicCache(config=model.config)
-        out = model(input_ids=torch.tensor([list(row)], device=device), past_key_values=cache, use_cache=True,
+        out = model(input_ids=torch.tensor([list(row)], device=device), **with_cache(model, cache), use_cache=True,
                     logits_to_keep=1)
         caches.append(cache)
         tokens.append([int(out.logits[0, -1].argmax())])
@@ -92,7 +94,7 @@ def decode_group(model, ids: Sequence[Sequence[int]], max_new_tokens: int,
         if all(finished):
             break
         mask = torch.cat([mask, mask.new_ones((len(ids), 1))], dim=-1)
-        out = model(input_ids=last, attention_mask=mask, position_ids=position, past_key_values=cache,
+        out = model(input_ids=last, attention_mask=mask, position_ids=position, **with_cache(model, cache),
                     use_cache=True, logits_to_keep=1)
         last = out.logits[:, -1].argmax(-1, keepdim=True)
         position = position + 1

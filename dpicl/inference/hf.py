@@ -41,9 +41,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StoppingCriteria, StoppingCriteriaList
 
 from dpicl.inference.base import GenerationParams, check_variants, has_stop, postprocess, token_id_tuple
+from dpicl.inference.kv_cache import with_cache
 from dpicl.inference.models import resolve_llm
 from dpicl.inference.openai_compat import row_seeds
-from dpicl.inference.kv_cache import with_cache
 from dpicl.inference.own_rows import OWN_ROWS, decode_group
 from dpicl.progress import silence_library_bars, track
 

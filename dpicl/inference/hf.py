@@ -466,7 +466,10 @@ class HFBackend:
             if seeds is not None:
                 torch.manual_seed(seeds[batch[0]])
             rows = [ids[i] for i in batch]
-            return self._decode_group(rows, params) if grouped else self._generate_batch(rows, params)
+            # inference mode is per thread: a worker thread would otherwise record autograd history through
+            # every decoding step of a group (gigabytes for the demo's non-private baseline)
+            with torch.inference_mode():
+                return self._decode_group(rows, params) if grouped else self._generate_batch(rows, params)
 
         # Only greedy calls go in parallel: sampling draws from torch's one global generator.
         workers = min(self.parallel_prompts, len(batches)) if params.greedy else 1

@@ -18,8 +18,8 @@ import pytest
 
 from dpicl.config import ModelConfig
 from dpicl.inference import BatchDependenceError, GenerationParams, backend_options, load_backend
-from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
 from tests.inference.device import DEVICE
+from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
 
 # Teachers whose outputs must not move, and the "other teacher" of the same call that changes beside them.
 TEACHERS = [SHORT, LIST, MEDIUM]

@@ -9,8 +9,8 @@ import pytest
 
 from dpicl.inference import Backend, GenerationParams, load_backend
 from dpicl.inference.base import LabelScorer, supports
-from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
 from tests.inference.device import DEVICE
+from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 

@@ -16,8 +16,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from dpicl.config import ModelConfig
 from dpicl.inference import GenerationParams, backend_options, load_backend
 from dpicl.inference.own_rows import OWN_ROWS
-from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
 from tests.inference.device import DEVICE
+from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
 
 GREEDY = GenerationParams(max_new_tokens=24)
 OTHERS = ["Hi", LONG * 2, LONG * 5]  # the middle row of the group: 2, about 140 and about 350 tokens
@@ -91,6 +91,25 @@ def test_grouped_answers_are_the_one_at_a_time_answers(grouped, hf_reference):
     prompts = [SHORT, MEDIUM, LIST, LONG]  # groups of three and one
     params = GenerationParams(max_new_tokens=16, stop=("\n",))
     assert grouped.generate(prompts, params) == hf_reference.generate(prompts, params)
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_groups_decoded_on_worker_threads_record_no_autograd_history(grouped, monkeypatch):
+    """The counter-example: with `parallel_prompts: 2` the groups ran on worker threads, where inference mode (it
+    is per thread) was off, so every decoding step kept its autograd graph: `make demo`'s non-private baseline
+    grew past 20 GB."""
+    seen = []
+    decode = grouped._decode_group
+
+    def recording(rows, params):
+        seen.append(torch.is_inference_mode_enabled())
+        return decode(rows, params)
+
+    monkeypatch.setattr(grouped, "_decode_group", recording)
+    monkeypatch.setattr(grouped, "parallel_prompts", 2)
+    grouped.generate([SHORT, MEDIUM, LIST, SHORT, MEDIUM, LIST], GenerationParams(max_new_tokens=4))
+    assert seen == [True, True]
 
 
 def test_decode_rows_is_keyed_only_when_set():

@@ -29,7 +29,8 @@ def vllm_backend():
 
 @pytest.fixture(scope="session")
 def hf_reference():
-    """The hf backend, the reference the other backends are compared with (fp32; the CPU unless DPICL_TEST_DEVICE says otherwise)."""
+    """The hf backend, the reference the other backends are compared with (fp32; on the CPU unless
+    DPICL_TEST_DEVICE names another device)."""
     from dpicl.inference import load_backend
     from tests.inference.device import DEVICE
 

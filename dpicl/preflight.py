@@ -8,6 +8,8 @@ that needs it would raise (ValueError, LookupError, BudgetError), with a message
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dpicl import methods
 from dpicl.config import Config
 from dpicl.storage import get_dataset
@@ -27,10 +29,10 @@ def _require_data(con, cfg: Config) -> None:
         _require_kind(con, cfg.public_dataset, "public_dataset", "public")
 
 
-def check_answer(con, cfg: Config, *, plan: bool = True) -> int:
+def check_answer(con, cfg: Config, *, plan: bool = True, warn: Callable[[str], object] | None = None) -> int:
     """Raise if an `answer_backlog` run of `cfg` cannot start; else how many queries it could claim now (0: nothing
     pending, which is not an error). `plan=False` leaves out the budget and plan check (the flow's first task,
-    open-run, makes it anyway)."""
+    open-run, makes it anyway); `warn` is called with each reason the plan would buy (almost) nothing."""
     from dpicl.tasks.run import checked_plan
 
     if methods.get(cfg.method.name).kind == "synthesis":
@@ -39,7 +41,10 @@ def check_answer(con, cfg: Config, *, plan: bool = True) -> int:
     require_backlog(con, cfg.backlog)
     _require_data(con, cfg)
     if plan:
-        checked_plan(con, cfg)  # the budget is open, and the plan fits it and composes with what it holds
+        _, planned, _ = checked_plan(con, cfg)  # the budget is open, the plan fits it and composes with the ledger
+        for warning in methods.get(cfg.method.name).warnings(cfg.method, planned):
+            if warn:
+                warn(warning)
     return claimable_count(con, cfg.backlog)
 
 

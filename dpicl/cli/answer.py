@@ -11,7 +11,7 @@ from rich.table import Table
 
 from dpicl.cli.budget import print_budget
 from dpicl.cli.common import DbOption, JsonOption, check_config, check_names, read
-from dpicl.cli.console import console
+from dpicl.cli.console import console, err_console
 from dpicl.cli.errors import fail
 
 
@@ -27,8 +27,12 @@ def answer(
     if max_queries is not None and max_queries < 1:
         fail(f"--max-queries must be at least 1 (got {max_queries})")
 
-    # one `error:` line for what the run would fail on, before Prefect starts
-    claimable, idle = read(db, lambda con: (check_answer(con, cfg), nothing_pending(con, cfg.backlog)))
+    def warn(warning: str) -> None:
+        err_console.print(f"warning: {warning}", markup=False)
+
+    # one `error:` line for what the run would fail on, before Prefect starts; a `warning:` line for what it would
+    # pay for in vain
+    claimable, idle = read(db, lambda con: (check_answer(con, cfg, warn=warn), nothing_pending(con, cfg.backlog)))
     if not claimable:  # nothing to do: said in one line, no flow run
         console.print(idle, soft_wrap=True)
         return

@@ -15,7 +15,7 @@ from dpicl.cli.choices import Mechanism, MethodName
 from dpicl.cli.common import DbOption, JsonOption
 from dpicl.cli.common import check_names as _check_names
 from dpicl.cli.common import connect as _connect
-from dpicl.cli.console import console
+from dpicl.cli.console import console, err_console
 from dpicl.cli.errors import fail as _fail
 from dpicl.methods.base import Budget, Facts
 
@@ -81,10 +81,12 @@ def plan(
         if flags:
             _fail(f"{', '.join(flags)}: a config sets the method, its settings and the dataset; edit the config "
                   "or plan without it")
-        result, budget_state = _plan_config(config, db)
+        result, budget_state, settings = _plan_config(config, db)
     else:
-        result, budget_state = _plan_flags(method.value if method else methods.DEFAULT, given, sampling_rate, queries,
+        result, budget_state, settings = _plan_flags(method.value if method else methods.DEFAULT, given, sampling_rate, queries,
                                            epsilon, delta, dataset, dataset_size, max_new_tokens, db, as_json)
+    for warning in methods.get(result.method).warnings(settings, result):
+        err_console.print(f"warning: {warning}", markup=False)
     budget = None
     if budget_state is not None:
         try:
@@ -107,7 +109,8 @@ def _budget_state(db, dataset: str) -> dict:
 
 
 def _plan_config(config: str, db):
-    """The plan `dpicl answer CONFIG` (or `dpicl synthesize CONFIG`) would store now, and the budget state."""
+    """The plan `dpicl answer CONFIG` (or `dpicl synthesize CONFIG`) would store now, the budget state and the
+    method's settings."""
     from dpicl.config import ConfigError, load_config
 
     try:
@@ -122,14 +125,15 @@ def _plan_config(config: str, db):
     if m.kind == "synthesis" and cfg.synthetic is not None and cfg.synthetic.epsilon is not None:
         epsilon = cfg.synthetic.epsilon  # a synthesis is calibrated for its own ε
     try:
-        return m.plan(cfg.method, facts, Budget(epsilon, state["delta"])), state
+        return m.plan(cfg.method, facts, Budget(epsilon, state["delta"])), state, cfg.method
     except ValueError as err:
         _fail(str(err))
 
 
 def _plan_flags(name, given, sampling_rate, queries, epsilon, delta, dataset, dataset_size, max_new_tokens, db,
                 as_json):
-    """The plan of method `name` with the settings given as flags (the others at the method's defaults)."""
+    """The plan of method `name` with the settings given as flags (the others at the method's defaults), the budget
+    state and the settings."""
     _check_names((dataset, "dataset name"))
     try:
         m = methods.get(name)
@@ -164,7 +168,7 @@ def _plan_flags(name, given, sampling_rate, queries, epsilon, delta, dataset, da
             _fail(f"{', '.join(missing)} needed (or --dataset NAME to plan against its open budget"
                   + (", or --dataset-size N for the default sampling rate)" if "--sampling-rate" in missing else ")"))
         return planning.plan(name, sampling_rate=sampling_rate, queries=queries, epsilon=epsilon, delta=delta,
-                             **m.plan_options(settings, facts)), state
+                             **m.plan_options(settings, facts)), state, settings
     except ValueError as err:
         _fail(str(err))
 

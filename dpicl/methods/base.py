@@ -171,6 +171,11 @@ class Method(ABC):
         return self.calibrate(self.sampling_rate(settings, facts), self.planned_queries(settings), budget.epsilon,
                               budget.delta, **self.plan_options(settings, facts))
 
+    def warnings(self, settings: MethodSettings, plan: Plan) -> list[str]:
+        """Why a valid plan would buy (almost) nothing with these settings: shown by `dpicl plan`, the pre-flight of
+        `dpicl answer` and the run's log, before any budget is spent."""
+        return []
+
     def check_config(self, cfg: Config) -> None:
         """Refuse a config this method cannot run (ValueError naming the keys to change)."""
         if cfg.task.type not in self.task_types:

@@ -3,10 +3,12 @@ fails the zero-shot answer is released (still charged)."""
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
+from scipy.special import ndtr
 
 from dpicl.keywords import keywords
 from dpicl.methods import register
@@ -58,6 +60,10 @@ class PTRPlan(Plan):
         """The count gap at which the PTR test passes with probability 1/2 (a gap is at most the teachers' number)."""
         return ksa_ptr.STABLE_GAP + self.offset
 
+    def pass_probability(self, gap: float) -> float:
+        """The probability that the PTR test passes for a set whose boundary gap is `gap` counts."""
+        return float(ndtr((max(ksa_ptr.STABLE_GAP, gap) - self.passing_gap) / self.sigma))
+
 
 @register
 class KSAPTR(KeywordMethod):
@@ -69,6 +75,18 @@ class KSAPTR(KeywordMethod):
     inputs = ("teacher_outputs",)
     options = ("delta0_fraction", "em_epsilon")
     plan_details = ("epsilon_em", "noise_multiplier", "delta0", "sampling_rate")
+
+    def warnings(self, settings, plan):
+        # a count gap is at most the teachers' number (every teacher names a word, no teacher names the next)
+        best = plan.pass_probability(settings.teachers)
+        if settings.teachers >= plan.passing_gap:  # the best case passes at least half the time
+            return []
+        needed = math.ceil(plan.passing_gap + plan.sigma)  # more teachers raise q and the gap needed a little
+        rate = f"at most {best:.1%}" if best >= 0.001 else "less than 0.1%"
+        return [f"with {settings.teachers} teachers KSA-PTR's test passes {rate} of the time at this "
+                "budget: a keyword set's count gap is at most the number of teachers, and the test needs a gap of "
+                f"{plan.passing_gap:.1f} to pass half the time; the other answers are the zero-shot ones, still "
+                f"charged. Use at least {needed} teachers, or method ksa-jem"]
 
     def plan_options(self, settings, facts):
         return {"delta0_fraction": settings.delta0_fraction, "em_epsilon": settings.em_epsilon}

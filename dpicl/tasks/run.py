@@ -74,6 +74,8 @@ def open_run(config_path: str, db_path: str) -> dict:
         store_plan(con, run_id, cfg.backlog, numbers, event_json)
     get_run_logger().info("run %s: %s per query, planned for %d queries at ε=%g, δ=%g: %s", run_id, method.name,
                           plan.queries, budget.epsilon, budget.delta, for_people(numbers))
+    for warning in methods.get(method.name).warnings(method, plan):
+        get_run_logger().warning(warning)
     return {"run_id": run_id, "method": method.name, "batch_queries": cfg.batch_queries, "backlog": cfg.backlog}
 
 

@@ -117,3 +117,28 @@ def test_an_unknown_dataset_or_backlog_is_an_error_not_an_empty_answer(tiny_db, 
     line = _refused([*command, "--db", tiny_db], "no ")
     assert ("no dataset named 'tinny'" in line) or ("no backlog named 'tiny-backlogg'" in line)
     assert "dpicl ingest" in line
+
+
+def test_the_preflight_and_plan_warn_when_ksa_ptr_has_too_few_teachers_to_pass(tmp_path, tiny_db):
+    """Four teachers can never clear KSA-PTR's test at this budget: the operator hears it before paying, from the
+    pre-flight of `dpicl answer` and from `dpicl plan`. (A number of teachers that can pass is not warned about:
+    tests/privacy/test_ksa_ptr.py; 60 records are too few for one.)"""
+    from dpicl.config import load_config
+    from dpicl.preflight import check_answer
+
+    def warnings(method: dict) -> list[str]:
+        cfg = load_config(_config(tmp_path, method=method))
+        said: list[str] = []
+        con = connect(tiny_db, read_only=True)
+        try:
+            check_answer(con, cfg, warn=said.append)
+        finally:
+            con.close()
+        return said
+
+    few = {"name": "ksa-ptr", "teachers": 4, "shots": 1}
+    (warning,) = warnings(few)
+    assert "with 4 teachers KSA-PTR's test passes less than 0.1% of the time" in warning and "still charged" in warning
+    assert warnings({"name": "esa", "teachers": 4, "shots": 1}) == []
+    result = CliRunner().invoke(app, ["plan", _config(tmp_path, method=few), "--db", tiny_db])
+    assert result.exit_code == 0 and "".join(f"warning: {warning}".split()) in "".join(result.output.split())

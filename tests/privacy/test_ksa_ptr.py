@@ -445,3 +445,37 @@ def test_the_plan_says_the_gap_at_which_the_test_passes_half_the_time():
     for gap, expected in ((plan.passing_gap, 0.5), (plan.passing_gap - 2 * plan.sigma, stats.norm.sf(2))):
         rate = np.mean([ksa_ptr.ptr_passes(gap, plan.noise_multiplier, plan.delta0, rng) for _ in range(4000)])
         assert abs(rate - expected) < 4 * math.sqrt(expected * (1 - expected) / 4000) + 1e-3, (gap, rate)
+
+
+def test_the_plan_gives_the_tests_pass_probability_at_any_gap():
+    """`PTRPlan.pass_probability` (behind the too-few-teachers warning) is the pass rate of the test itself."""
+    from dpicl.methods.ksa_ptr import PTRPlan
+
+    plan = PTRPlan(**ksa_ptr.plan(Q, T, 3.0, DELTA))
+    rng = np.random.default_rng(1)
+    for gap in (0.0, plan.passing_gap - 1.5 * plan.sigma, plan.passing_gap - 0.5 * plan.sigma, plan.passing_gap + 3):
+        expected = plan.pass_probability(gap)
+        rate = np.mean([ksa_ptr.ptr_passes(gap, plan.noise_multiplier, plan.delta0, rng) for _ in range(4000)])
+        assert abs(rate - expected) < 4 * math.sqrt(expected * (1 - expected) / 4000) + 1e-3, (gap, rate, expected)
+
+
+def test_too_few_teachers_to_ever_pass_are_warned_about_and_the_advised_number_is_enough():
+    """SAMSum's shipped 6 one-shot teachers at ε = 3 could never clear the test (a gap is at most the teachers'
+    number, the test needs ≈ 13): every answer would be zero-shot, still charged. The warning says so and names a
+    number of teachers whose own plan no longer warns."""
+    import re
+
+    from dpicl.methods import get
+    from dpicl.methods.base import Budget, Facts
+
+    method, facts, budget = get("ksa-ptr"), Facts(dataset_size=14732), Budget(3.0, 5e-5)
+    settings = method.Settings(teachers=6, shots=1, planned_queries=100)
+    plan = method.plan(settings, facts, budget)
+    (warning,) = method.warnings(settings, plan)
+    assert plan.pass_probability(6) < 0.05 and f"at most {plan.pass_probability(6):.1%}" in warning
+    advised = int(re.search(r"at least (\d+) teachers", warning).group(1))
+    assert advised > plan.passing_gap
+    enough = settings.model_copy(update={"teachers": advised})
+    assert method.warnings(enough, method.plan(enough, facts, budget)) == []
+    fewer = settings.model_copy(update={"teachers": math.floor(plan.passing_gap) - 1})
+    assert method.warnings(fewer, method.plan(fewer, facts, budget))  # below the gap needed: still warned

@@ -14,12 +14,13 @@ the stronger of the free baselines); classification scores label votes, calibrat
 non-private row. Scores (0–100): accuracy, or ROUGE-L F1.
 Token-level methods (DP few-shot generation, DPS-MOZO, AdaPMixED) are measured by benchmarks/token_level.py;
 `--token-level FILE` adds the E2E rows of its --json file. `--configs A B [--name LABEL]` measures configs of your own
-(names or YAML paths that share one ensemble) as one group.
+(names or YAML paths that share one ensemble) as one group; `--synthesis CONFIG` a dp-fewshot config's synthetic
+demonstrations (generated at each ε as `dpicl synthesize` does), answered by synthetic ICL.
 With --json the last line is one JSON object with `rows`: {dataset, method, epsilon, metric, score, std,
 zero_shot, non_private, public_few_shot, gap_recovered}; ε = "inf" is the method's aggregation without noise;
 gap_recovered is null where the non-private ceiling is not above zero-shot (no gap to recover).
-`--out` keeps the rows in a JSON file: the groups measured replace their own rows there, the others stay (groups
-may run in separate processes, one per core); the table and plots then show every dataset of the file.
+`--out` keeps the rows in a JSON file: the (dataset, method) pairs measured replace their own rows there, the others
+stay (groups may run in separate processes, one per core); the table and plots then show every dataset of the file.
 """
 
 from __future__ import annotations
@@ -32,13 +33,18 @@ from pathlib import Path
 
 import numpy as np
 
+from dpicl import methods, planning
 from dpicl.config import load_config
 from dpicl.embeddings.candidates import most_similar_texts
 from dpicl.evaluation import sweep
 from dpicl.inference.teachers import greedy_params, label_votes
 from dpicl.privacy.rng import benchmark_rng, derived_seed
 from dpicl.prompts import render_prompt, zero_shot_prompt
+from dpicl.storage import get_dataset, load_records
+from dpicl.storage.db import connect
+from dpicl.storage.ingest import ingest_source
 from dpicl.tasks import context
+from dpicl.tasks.synthesize import _pools
 
 GROUPS = {
     "samsum": ["samsum-esa", "samsum-ksa-jem", "samsum-ksa-ptr"],
@@ -108,22 +114,80 @@ def measure_group(name: str, args, config_names: list[str] | None = None) -> lis
                                                       references))
         for cfg in configs:
             for epsilon in [*args.epsilons, sweep.INF]:
-                answers, _ = sweep.method_answers(cfg, ens, epsilon, backend, rng)
-                for suffix, texts in answers.items():
-                    scores.setdefault((cfg.method.name + suffix, epsilon), []).append(score(cfg, texts, references))
+                plan = None if math.isinf(epsilon) else planning.plan_with_settings(
+                    cfg, sampling_rate=ens.sampling_rate, queries=len(ens.queries), epsilon=epsilon, delta=ens.delta)
+                # fresh noise on the same teachers' answers: the spread of one ensemble's releases
+                for _ in range(1 if plan is None else args.noise_draws):
+                    answers, _ = sweep.method_answers(cfg, ens, epsilon, backend, rng, plan=plan)
+                    for suffix, texts in answers.items():
+                        scores.setdefault((cfg.method.name + suffix, epsilon), []).append(
+                            score(cfg, texts, references))
         seconds.append(time.perf_counter() - started)
         print(f"  {name} rep {repetition}: {seconds[-1]:.0f} s", flush=True)
+    return table_rows(name, base, scores, baselines, len(queries), args.repetitions, seconds)
+
+
+def table_rows(name: str, cfg, scores: dict[tuple[str, float], list[float]], baselines: dict[str, list[float]],
+               queries: int, repetitions: int, seconds: list[float]) -> list[dict]:
+    """One row per (method, ε): the mean score over repetitions (and noise draws) next to the baselines' means and
+    the share of the gap it recovers; std over all of them."""
     mean = {k: float(np.mean(v)) if v else None for k, v in baselines.items()}
     # no gap to recover where the non-private ceiling is not above zero-shot: the share would be meaningless
     gap = None if mean["non_private"] is None or mean["non_private"] <= mean["zero_shot"] \
         else mean["non_private"] - mean["zero_shot"]
     return [{"dataset": name, "method": method, "epsilon": "inf" if math.isinf(eps) else eps,
-             "metric": metric_of(base), "score": float(np.mean(v)),
+             "metric": metric_of(cfg), "score": float(np.mean(v)),
              "std": float(np.std(v)) if len(v) > 1 else None,  # one repetition shows no spread
              **mean, "gap_recovered": (float(np.mean(v)) - mean["zero_shot"]) / gap if gap else None,
-             "queries": len(queries), "repetitions": args.repetitions,
+             "queries": queries, "repetitions": repetitions, "releases_averaged": len(v),
              "seconds_per_repetition": round(float(np.mean(seconds)))}
             for (method, eps), v in scores.items()]
+
+
+def measure_synthesis(config_name: str, args) -> list[dict]:
+    """DP few-shot generation (paper 002) writes the config's `demos` synthetic demonstrations for the first public
+    inputs at each ε — the pipeline's own plan and generation (`dpicl synthesize`), one charge each — and synthetic
+    ICL answers every query with them for free; beside the same baselines as an ensemble group."""
+    cfg = load_config(config_name)
+    method = methods.get(cfg.method.name)
+    con = connect(":memory:")
+    try:
+        for source in cfg.data:
+            ingest_source(con, source)
+        private, public = load_records(con, cfg.private_dataset), load_records(con, cfg.public_dataset)
+        key = get_dataset(con, cfg.private_dataset)["teacher_key"]
+        rows = con.execute("SELECT input, reference FROM queries WHERE backlog = ? ORDER BY row_no LIMIT ?",
+                           [cfg.backlog, args.queries]).fetchall()
+    finally:
+        con.close()
+    queries, references = [q for q, _ in rows], [r for _, r in rows]
+    backend = context.backend(cfg)
+    pools = _pools(cfg, private)
+    inputs = [r.input for r in public[:cfg.method.demos]]
+    delta = sweep.default_delta(len(private))
+    private_pairs, public_pairs = [(r.input, r.output) for r in private], [(r.input, r.output) for r in public]
+    scores: dict[float, list[float]] = {}
+    baselines: dict[str, list[float]] = {"zero_shot": [], "non_private": [], "public_few_shot": []}
+    seconds: list[float] = []
+    for repetition in range(args.repetitions):
+        rng = benchmark_rng(args.seed, cfg.name, repetition)
+        started = time.perf_counter()
+        baselines["zero_shot"].append(score(cfg, icl_answers(cfg, backend, [], queries, rng, False), references))
+        baselines["non_private"].append(score(cfg, icl_answers(cfg, backend, private_pairs, queries, rng, True),
+                                              references))
+        baselines["public_few_shot"].append(score(cfg, icl_answers(cfg, backend, public_pairs, queries, rng, False,
+                                                                   nearest=True), references))
+        for epsilon in args.epsilons:
+            plan, _ = method.synthesis_plan(cfg, pools, epsilon, delta)
+            print(f"  {cfg.name} rep {repetition} ε={epsilon:g}: {planning.for_people(plan.numbers())}", flush=True)
+            demos = [method.synthesize_text(cfg, backend, plan, pools[None], key, None, x, rng) for x in inputs]
+            answers = backend.generate([render_prompt(cfg.task, demos, q) for q in queries], greedy_params(cfg),
+                                       progress=True)
+            scores.setdefault(epsilon, []).append(score(cfg, answers, references))
+        seconds.append(time.perf_counter() - started)
+        print(f"  {cfg.name} rep {repetition}: {seconds[-1]:.0f} s", flush=True)
+    return table_rows(args.name or cfg.name, cfg, {("synthetic-icl", e): v for e, v in scores.items()}, baselines,
+                      len(queries), args.repetitions, seconds)
 
 
 def figure(value: float | None) -> str:
@@ -184,14 +248,14 @@ def token_level_rows(path: Path) -> list[dict]:
 
 
 def merge(path: Path, rows: list[dict]) -> list[dict]:
-    """Write `rows` into the JSON file at `path`, in place of the rows of their datasets (the rest kept); returns
-    all its rows."""
-    measured = {r["dataset"] for r in rows}
+    """Write `rows` into the JSON file at `path`, in place of the rows of their (dataset, method) pairs (the rest
+    kept: a dataset's methods may be measured by separate runs); returns all its rows."""
+    measured = {(r["dataset"], r["method"]) for r in rows}
     kept = json.loads(path.read_text())["rows"] if path.exists() else []
-    merged = [r for r in kept if r["dataset"] not in measured] + rows
+    merged = [r for r in kept if (r["dataset"], r["method"]) not in measured] + rows
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"rows": merged}, indent=1) + "\n")
-    print(f"rows of {', '.join(sorted(measured))} written to {path}")
+    print(f"rows of {', '.join(sorted({f'{d} {m}' for d, m in measured}))} written to {path}")
     return merged
 
 
@@ -201,10 +265,16 @@ def main() -> None:
                                                                                "agnews"])
     parser.add_argument("--configs", nargs="+", metavar="CONFIG",
                         help="measure these configs (names or paths sharing one ensemble) as one group instead")
-    parser.add_argument("--name", help="the dataset label of --configs' rows (default: the first config's name)")
+    parser.add_argument("--synthesis", metavar="CONFIG",
+                        help="measure DP synthetic demonstrations (a dp-fewshot config) answered by synthetic ICL")
+    parser.add_argument("--name", help="the dataset label of --configs' or --synthesis' rows (default: the first "
+                                       "config's name)")
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 3.0, 8.0])
+    parser.add_argument("--noise-draws", type=int, default=1,
+                        help="aggregate each ensemble this many times at each finite ε, with fresh noise (cheap for "
+                             "ESA, RNM and SGA top-1; KSA and SGA's LLM selection generate again each time)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plots", type=Path, help="folder for one privacy–utility PNG per dataset")
     parser.add_argument("--json", action="store_true")
@@ -214,6 +284,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.token_level:
         rows = token_level_rows(args.token_level)
+    elif args.synthesis:
+        rows = measure_synthesis(args.synthesis, args)
     elif args.configs:
         rows = measure_group(args.name or load_config(args.configs[0]).name, args, args.configs)
     else:

@@ -17,8 +17,9 @@ Token-level methods (DP few-shot generation, DPS-MOZO, AdaPMixED) are measured b
 (names or YAML paths that share one ensemble) as one group; `--synthesis CONFIG` a dp-fewshot config's synthetic
 demonstrations (generated at each ε as `dpicl synthesize` does), answered by synthetic ICL.
 With --json the last line is one JSON object with `rows`: {dataset, method, epsilon, metric, score, std,
-zero_shot, non_private, public_few_shot, gap_recovered}; ε = "inf" is the method's aggregation without noise;
-gap_recovered is null where the non-private ceiling is not above zero-shot (no gap to recover).
+zero_shot, non_private, public_few_shot, gap_recovered} (KSA-PTR adds pass_rate, the share of passed tests);
+ε = "inf" is the method's aggregation without noise; gap_recovered is null where the non-private ceiling is not above
+zero-shot (no gap to recover).
 `--out` keeps the rows in a JSON file: the (dataset, method) pairs measured replace their own rows there, the others
 stay (groups may run in separate processes, one per core); the table and plots then show every dataset of the file.
 """
@@ -97,6 +98,7 @@ def measure_group(name: str, args, config_names: list[str] | None = None) -> lis
     private_pairs = [(r.input, r.output) for r in private]
     scores: dict[tuple[str, float], list[float]] = {}
     baselines: dict[str, list[float]] = {"zero_shot": [], "non_private": [], "public_few_shot": []}
+    pass_rates: dict[tuple[str, float], list[float]] = {}
     seconds: list[float] = []
     for repetition in range(args.repetitions):
         rng = benchmark_rng(args.seed, name, repetition)
@@ -118,13 +120,20 @@ def measure_group(name: str, args, config_names: list[str] | None = None) -> lis
                     cfg, sampling_rate=ens.sampling_rate, queries=len(ens.queries), epsilon=epsilon, delta=ens.delta)
                 # fresh noise on the same teachers' answers: the spread of one ensemble's releases
                 for _ in range(1 if plan is None else args.noise_draws):
-                    answers, _ = sweep.method_answers(cfg, ens, epsilon, backend, rng, plan=plan)
+                    answers, passed = sweep.method_answers(cfg, ens, epsilon, backend, rng, plan=plan)
                     for suffix, texts in answers.items():
                         scores.setdefault((cfg.method.name + suffix, epsilon), []).append(
                             score(cfg, texts, references))
+                    if passed is not None:  # KSA-PTR: the share of queries whose test passed
+                        pass_rates.setdefault((cfg.method.name, epsilon), []).append(passed)
         seconds.append(time.perf_counter() - started)
         print(f"  {name} rep {repetition}: {seconds[-1]:.0f} s", flush=True)
-    return table_rows(name, base, scores, baselines, len(queries), args.repetitions, seconds)
+    rows = table_rows(name, base, scores, baselines, len(queries), args.repetitions, seconds)
+    for row in rows:
+        rates = pass_rates.get((row["method"], math.inf if row["epsilon"] == "inf" else row["epsilon"]))
+        if rates:
+            row["pass_rate"] = float(np.mean(rates))
+    return rows
 
 
 def table_rows(name: str, cfg, scores: dict[tuple[str, float], list[float]], baselines: dict[str, list[float]],

@@ -83,8 +83,9 @@ def plan(
                   "or plan without it")
         result, budget_state, settings = _plan_config(config, db)
     else:
-        result, budget_state, settings = _plan_flags(method.value if method else methods.DEFAULT, given, sampling_rate, queries,
-                                           epsilon, delta, dataset, dataset_size, max_new_tokens, db, as_json)
+        result, budget_state, settings = _plan_flags(method.value if method else methods.DEFAULT, given, sampling_rate,
+                                                     queries, epsilon, delta, dataset, dataset_size, max_new_tokens,
+                                                     db, as_json)
     for warning in methods.get(result.method).warnings(settings, result):
         err_console.print(f"warning: {warning}", markup=False)
     budget = None

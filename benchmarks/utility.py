@@ -221,8 +221,9 @@ def plot(rows: list[dict], folder: Path) -> list[Path]:
                         marker="o", capsize=3, label=method)
         for key, style, label in (("zero_shot", ":", "zero-shot"), ("public_few_shot", "-.", "public few-shot"),
                                   ("non_private", "--", f"non-private {NONPRIVATE_SHOTS}-shot")):
-            if mine[0][key] is not None:
-                ax.axhline(mine[0][key], linestyle=style, color="grey", label=label)
+            value = next((r[key] for r in mine if r[key] is not None), None)  # runs of one dataset may differ
+            if value is not None:
+                ax.axhline(value, linestyle=style, color="grey", label=label)
         ax.set_xscale("log")
         ticks = sorted({r["epsilon"] for r in mine if r["epsilon"] != "inf"})
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])

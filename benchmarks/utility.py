@@ -146,7 +146,7 @@ def table_rows(name: str, cfg, scores: dict[tuple[str, float], list[float]], bas
         else mean["non_private"] - mean["zero_shot"]
     return [{"dataset": name, "method": method, "epsilon": "inf" if math.isinf(eps) else eps,
              "metric": metric_of(cfg), "score": float(np.mean(v)),
-             "std": float(np.std(v)) if len(v) > 1 else None,  # one repetition shows no spread
+             "std": float(np.std(v)) if len(v) > 1 else None,  # one release shows no spread
              **mean, "gap_recovered": (float(np.mean(v)) - mean["zero_shot"]) / gap if gap else None,
              "queries": queries, "repetitions": repetitions, "releases_averaged": len(v),
              "seconds_per_repetition": round(float(np.mean(seconds)))}

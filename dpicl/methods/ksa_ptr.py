@@ -78,9 +78,9 @@ class KSAPTR(KeywordMethod):
 
     def warnings(self, settings, plan):
         # a count gap is at most the teachers' number (every teacher names a word, no teacher names the next)
-        best = plan.pass_probability(settings.teachers)
         if settings.teachers >= plan.passing_gap:  # the best case passes at least half the time
             return []
+        best = plan.pass_probability(settings.teachers)
         needed = math.ceil(plan.passing_gap + plan.sigma)  # more teachers raise q and the gap needed a little
         rate = f"at most {best:.1%}" if best >= 0.001 else "less than 0.1%"
         return [f"with {settings.teachers} teachers KSA-PTR's test passes {rate} of the time at this "

@@ -107,9 +107,7 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
                   "(non-private: what a careless deployment would release)")
     prompts = baseline_prompts(cfg, private, public, [text for _, text, _ in backlog])
     params = greedy_params(cfg)
-    # batched: the free prompts hold no private record, and the non-private answers are never released
-    free_params, unreleased = replace(params, public_prompts=True), replace(params, evaluation_only=True)
-    free = {name: context.backend(cfg).generate(p, unreleased if name == "non-private" else free_params,
+    free = {name: context.backend(cfg).generate(p, replace(params, public_prompts=name != "non-private"),
                                                 progress=True)
             for name, p in prompts.items()}
 

@@ -25,9 +25,7 @@ class GenerationParams:
     `stop` strings end an answer (applied after leading whitespace, see `postprocess`); `seed` makes sampling
     reproducible for the same prompts and batch composition. `public_prompts`: no prompt of the call holds a
     private record (zero-shot prompts, public demonstrations), so a batch-invariant backend may still batch them
-    with each other: batch invariance (privacy invariant 10) protects private prompts only. `evaluation_only`: the
-    call's outputs are never released (the non-private baselines of `dpicl demo`), so the same holds although
-    its prompts hold private records: batch invariance protects what a DP release is computed from.
+    with each other: batch invariance (privacy invariant 10) protects private prompts only.
     """
 
     max_new_tokens: int = 64
@@ -36,7 +34,6 @@ class GenerationParams:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     public_prompts: bool = False
-    evaluation_only: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):
@@ -56,11 +53,6 @@ class GenerationParams:
         object.__setattr__(self, "stop", stop)
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise TypeError("seed must be an int or None")
-
-    @property
-    def batchable(self) -> bool:
-        """Whether a batch-invariant backend may still batch this call's prompts with each other."""
-        return self.public_prompts or self.evaluation_only
 
     @property
     def greedy(self) -> bool:

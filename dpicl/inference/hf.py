@@ -200,14 +200,14 @@ class HFBackend:
         if self.model is None:
             raise RuntimeError("this backend has been closed")
 
-    def _micro_batches(self, ids: list[list[int]], batchable: bool = False) -> list[list[int]]:
+    def _micro_batches(self, ids: list[list[int]], public: bool = False) -> list[list[int]]:
         """Indices of `ids` in micro-batches.
 
-        Batch invariant (and not `batchable`: see `GenerationParams.batchable`): one prompt each, in input order (a
+        Batch invariant (and not `public`, prompts without private records): one prompt each, in input order (a
         shape that depends on that prompt alone). Otherwise at most `batch_size`, longest prompts first: similar
         lengths share a micro-batch (little padding), and an out-of-memory error shows up at once.
         """
-        if self.batch_invariant and not batchable:
+        if self.batch_invariant and not public:
             return [[i] for i in range(len(ids))]
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
         return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
@@ -447,12 +447,12 @@ class HFBackend:
             return []
         ids = self._encode(prompts)
         # Greedy private prompts (each alone in its forward passes) may decode in groups that keep rows apart.
-        grouped = self.decode_rows > 1 and self.batch_invariant and not params.batchable and params.greedy
+        grouped = self.decode_rows > 1 and self.batch_invariant and not params.public_prompts and params.greedy
         if grouped:  # consecutive prompts in input order: the group sizes depend on the call's length alone
             batches = [list(range(i, min(i + self.decode_rows, len(ids)))) for i in range(0, len(ids),
                                                                                       self.decode_rows)]
         else:
-            batches = self._micro_batches(ids, params.batchable)
+            batches = self._micro_batches(ids, params.public_prompts)
         outputs: list[str | None] = [None] * len(ids)
         # A seeded call runs in a forked RNG so the caller's global torch RNG is untouched; an unseeded one
         # must not fork, or every call would restore, and so repeat, the same random stream.
@@ -500,7 +500,7 @@ class HFBackend:
         if params.stop:
             stopper = _StopStrings(self.tokenizer, params.stop, prompt_len)
             kwargs["stopping_criteria"] = StoppingCriteriaList([stopper])
-        if params.batchable and prompt_len > 1 and len({tuple(row) for row in ids}) < len(ids):
+        if params.public_prompts and prompt_len > 1 and len({tuple(row) for row in ids}) < len(ids):
             kwargs.update(with_cache(self.model, self._shared_prefill(ids, enc)))
         new = self.model.generate(**enc, **kwargs)[:, prompt_len:]
         ended = set(self.eos_token_ids) | {self.tokenizer.pad_token_id}

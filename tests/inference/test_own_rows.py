@@ -39,7 +39,7 @@ def grouped_bf16():
 
 @pytest.fixture(params=["float32", "bfloat16"])
 def grouped_any(request, grouped, grouped_bf16):
-    """Both dtypes: in bfloat16 (the demo's) the decoding steps' attention runs in float32, the rest does not."""
+    """Both dtypes: in bfloat16 the decoding steps' attention runs in float32, the rest does not."""
     return grouped if request.param == "float32" else grouped_bf16
 
 

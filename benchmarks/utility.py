@@ -4,7 +4,7 @@ recovers:  gap_recovered = (score − zero_shot) / (non_private − zero_shot).
 
     .venv/bin/python benchmarks/utility.py [--groups sst2 samsum ...] [--queries 100] [--repetitions 3]
                                            [--epsilons 1 3 8] [--seed 0] [--plots docs/images] [--json]
-                                           [--out docs/benchmarks/utility.json]
+                                           [--out docs/benchmarks/utility.json] [--record FILE | --replay FILE]
 
 A group is configs that share one ensemble (their teachers answer once per repetition; every method aggregates
 those answers, as in `dpicl evaluate`). The baselines use the group's task and model: zero-shot is the greedy
@@ -20,6 +20,7 @@ With --json the last line is one JSON object with `rows`: {dataset, method, epsi
 zero_shot, non_private, public_few_shot, gap_recovered} (KSA-PTR adds pass_rate, the share of passed tests);
 ε = "inf" is the method's aggregation without noise; gap_recovered is null where the non-private ceiling is not above
 zero-shot (no gap to recover).
+`--record FILE` / `--replay FILE`: the generation on another machine (a GPU), the rest here (benchmarks/offload.py).
 `--out` keeps the rows in a JSON file: the (dataset, method) pairs measured replace their own rows there, the others
 stay (groups may run in separate processes, one per core); the table and plots then show every dataset of the file.
 """
@@ -27,6 +28,7 @@ stay (groups may run in separate processes, one per core); the table and plots t
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import time
@@ -38,6 +40,7 @@ from dpicl import methods, planning
 from dpicl.config import load_config
 from dpicl.embeddings.candidates import most_similar_texts
 from dpicl.evaluation import sweep
+from dpicl.inference import backend_options
 from dpicl.inference.teachers import greedy_params, label_votes
 from dpicl.privacy.rng import benchmark_rng, derived_seed
 from dpicl.prompts import render_prompt, zero_shot_prompt
@@ -46,6 +49,8 @@ from dpicl.storage.db import connect
 from dpicl.storage.ingest import ingest_source
 from dpicl.tasks import context
 from dpicl.tasks.synthesize import _pools
+
+import offload  # benchmarks/offload.py: --record / --replay
 
 GROUPS = {
     "samsum": ["samsum-esa", "samsum-ksa-jem", "samsum-ksa-ptr"],
@@ -65,12 +70,18 @@ def score(cfg, answers: list[str], references: list[str]) -> float:
     return sweep.score(cfg, answers, references, [metric_of(cfg)])[metric_of(cfg)]
 
 
+@functools.lru_cache(maxsize=4)
+def nearest_records(encoder, queries: tuple[str, ...], inputs: tuple[str, ...]) -> list:
+    """Each query's `NONPRIVATE_SHOTS` most similar inputs; the same in every repetition, so embedded once."""
+    return most_similar_texts(encoder, list(queries), list(inputs), NONPRIVATE_SHOTS)
+
+
 def icl_answers(cfg, backend, records, queries: list[str], rng: np.random.Generator, calibrate: bool,
                 nearest: bool = False) -> list[str]:
     """Greedy answers (or label votes) of one prompt per query with `NONPRIVATE_SHOTS` random demonstrations, or
     with the query's most similar ones (`nearest`, the most similar last); no demonstrations when `records` is empty
     (zero-shot)."""
-    ranked = most_similar_texts(context.encoder(cfg), queries, [inp for inp, _ in records], NONPRIVATE_SHOTS) \
+    ranked = nearest_records(context.encoder(cfg), tuple(queries), tuple(inp for inp, _ in records)) \
         if nearest and records else None
     prompts = []
     for k, query in enumerate(queries):
@@ -88,13 +99,30 @@ def icl_answers(cfg, backend, records, queries: list[str], rng: np.random.Genera
     return [cfg.task.labels[v] for v in votes]
 
 
+def backend_for(cfg, args):
+    """The run's LLM backend: a recorder that generates nothing (--record), the real backend with the calls of an
+    answers file answered from it (--replay), or the real one."""
+    if args.record:
+        options = backend_options(cfg.model)
+        if args.recorder is None:
+            args.recorder = offload.RecordingBackend(options)
+        elif args.recorder.model_options != options:
+            raise SystemExit("--record: every group of one recording must use the same model settings")
+        return args.recorder
+    backend = context.backend(cfg)
+    if args.replay:
+        args.replayed.append(offload.ReplayBackend(backend, args.replay))
+        return args.replayed[-1]
+    return backend
+
+
 def measure_group(name: str, args, config_names: list[str] | None = None) -> list[dict]:
     configs = [load_config(c) for c in config_names or GROUPS[name]]
     base = sweep.check_configs(configs)
     data = sweep.load_benchmark(configs, args.queries)
     private, public, _, rows = data
     queries, references = [q for q, _ in rows], [r for _, r in rows]
-    backend = context.backend(base)
+    backend = backend_for(base, args)
     private_pairs = [(r.input, r.output) for r in private]
     scores: dict[tuple[str, float], list[float]] = {}
     baselines: dict[str, list[float]] = {"zero_shot": [], "non_private": [], "public_few_shot": []}
@@ -170,7 +198,7 @@ def measure_synthesis(config_name: str, args) -> list[dict]:
     finally:
         con.close()
     queries, references = [q for q, _ in rows], [r for _, r in rows]
-    backend = context.backend(cfg)
+    backend = backend_for(cfg, args)
     pools = _pools(cfg, private)
     inputs = [r.input for r in public[:cfg.method.demos]]
     delta = sweep.default_delta(len(private))
@@ -291,7 +319,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="a JSON file of rows to update with this run's groups")
     parser.add_argument("--token-level", type=Path, metavar="JSON",
                         help="add the E2E rows of benchmarks/token_level.py's --json file (measures no group)")
+    parser.add_argument("--record", type=Path, metavar="FILE",
+                        help="generate nothing: write every generate call whose prompts do not depend on an answer "
+                             "to FILE, for benchmarks/offload.py on another machine (the printed scores are "
+                             "meaningless)")
+    parser.add_argument("--replay", type=Path, metavar="FILE",
+                        help="answer the calls of benchmarks/offload.py's answers FILE from it (the others generate "
+                             "here); the same other arguments as the --record run")
     args = parser.parse_args()
+    if args.record and (args.replay or args.out):
+        parser.error("--record writes calls, not scores: not with --replay or --out")
+    args.recorder, args.replayed = None, []
     if args.token_level:
         rows = token_level_rows(args.token_level)
     elif args.synthesis:
@@ -300,6 +338,10 @@ def main() -> None:
         rows = measure_group(args.name or load_config(args.configs[0]).name, args, args.configs)
     else:
         rows = [row for name in args.groups for row in measure_group(name, args)]
+    if args.recorder is not None:
+        args.recorder.save(args.record)
+    for replayed in args.replayed:
+        print(f"replayed {replayed.hits} calls from {args.replay}; {replayed.misses} generated here", flush=True)
     table = merge(args.out, rows) if args.out else rows  # the file's rows, every dataset in it
     print("| dataset | method | ε | score ± std | zero-shot | public few-shot | non-private | gap recovered |")
     print("|---|---|---|---|---|---|---|---|")

@@ -32,10 +32,10 @@ RECOMMENDATIONS = (
         "E2E, token-level methods (DP few-shot generation 002, DPS-MOZO 000, AdaPMixED 003)"),
     Recommendation(
         "free-form text, no public data",
-        "esa", {"teachers": 24, "shots": 4, "candidates": 16},
-        "SAMSum, ε = 3, 24 four-shot teachers (`samsum-esa-4shot`): ROUGE-L 18.6 ± 0.9 against 15.2 zero-shot and "
-        "21.0 non-private 4-shot, 30 dialogues; 6 one-shot teachers: 18.5 against 17.7 and 23.5, 100 dialogues; KSA "
-        "stayed at or below zero-shot with this model",
+        "esa", {"teachers": 24, "shots": 4, "candidates": 32},
+        "SAMSum, ε = 3, 24 four-shot teachers and 32 candidates (`samsum-esa-4shot`): ROUGE-L 22.1 ± 0.1 against "
+        "17.7 zero-shot and 23.3 non-private 4-shot, 100 dialogues, 3 repetitions; 6 one-shot teachers: 18.5; KSA "
+        "stayed at zero-shot with this model",
         "Utility against the free baselines (`benchmarks/utility.py`)"),
     Recommendation(
         "classification",

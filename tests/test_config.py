@@ -116,3 +116,15 @@ def test_ingesting_a_path_whose_variable_is_not_set_names_the_variable(tmp_path,
     [line] = result.output.strip().splitlines()
     assert result.exit_code == 2 and "$DPICL_DATA, which is not set" in line, result.output
     assert not db.exists()  # a refused first ingest leaves no database
+
+
+@pytest.mark.parametrize("group", [("samsum-esa-4shot", "samsum-ksa-jem-t24s4", "samsum-ksa-ptr-t24s4"),
+                                   ("samsum-sga-t24s4", "samsum-ksa-public-t24s4")])
+def test_benchmark_config_groups_share_one_ensemble(group):
+    """benchmarks/configs/ holds the KSA and SGA copies that benchmarks/utility.py runs beside a bundled config:
+    a group must agree on everything its shared teachers depend on."""
+    from dpicl.evaluation import sweep
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks" / "configs"
+    configs = [load_config(folder / f"{n}.yaml" if (folder / f"{n}.yaml").is_file() else n) for n in group]
+    assert sweep.check_configs(configs).method.teachers == 24

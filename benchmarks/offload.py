@@ -14,7 +14,9 @@ miss on replay and run here. The other machine generates with the backend's plai
 differ in their last bits with the batch: a benchmark's answers are never released, so batch invariance, which
 protects releases, is not needed there). A call is known by its prompts and parameters: calls that sample without
 a seed and repeat exactly (ESA's candidates in each repetition) are generated once and replay the same samples.
-Files are JSON, xz-compressed when the name ends in `.xz`.
+Files are JSON, xz-compressed when the name ends in `.xz`. They hold private text (the teachers' prompts show
+private demonstrations; their answers are teacher outputs): benchmark data only, and only to a machine allowed to
+hold it (docs/PRIVACY.md, "Evaluation output is not private").
 """
 
 from __future__ import annotations

@@ -103,6 +103,9 @@ def backend_for(cfg, args):
     """The run's LLM backend: a recorder that generates nothing (--record), the real backend with the calls of an
     answers file answered from it (--replay), or the real one."""
     if args.record:
+        if cfg.task.type == "classification":
+            raise SystemExit(f"--record: {cfg.name} scores label log-probabilities, which are not generate calls; "
+                             "run classification groups without --record")
         options = backend_options(cfg.model)
         if args.recorder is None:
             args.recorder = offload.RecordingBackend(options)
@@ -329,6 +332,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.record and (args.replay or args.out):
         parser.error("--record writes calls, not scores: not with --replay or --out")
+    if (args.record or args.replay) and (args.synthesis or args.token_level):
+        parser.error("--record/--replay take ensemble groups (--groups, --configs): --synthesis decodes token by "
+                     "token and --token-level measures nothing")
     args.recorder, args.replayed = None, []
     if args.token_level:
         rows = token_level_rows(args.token_level)

@@ -1,7 +1,7 @@
 """Which method to start with, per kind of task: the best DP method each of our measurements found, next to the free
 baselines of the same run (docs/BENCHMARKS.md, the section each entry names). All were measured with the embedded
-SmolLM2-135M on a 2-core CPU, on 24–100 queries, one to three repetitions: a starting point, to be checked on your
-own data with `dpicl evaluate`."""
+SmolLM2-135M on a 2-core CPU (the 24-teacher SAMSum runs generated on a GPU), on 24–100 queries, one to three
+repetitions: a starting point, to be checked on your own data with `dpicl evaluate`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Run a benchmark's LLM generation on another machine (a GPU), and the rest here.
 
-A utility run at the issue's scale (SAMSum, 24 four-shot teachers, 100 dialogues, 3 repetitions) is about 12,000
-generations: hours on a 2-core CPU, minutes on a GPU that cannot install the whole pipeline. Three steps:
+A utility run of SAMSum with 24 four-shot teachers, 100 dialogues and 3 repetitions is about 11,000 generations:
+hours on a 2-core CPU, minutes on a GPU machine that cannot install the whole pipeline. Three steps:
 
     benchmarks/utility.py ... --record calls.json.xz      # here: every generate call, no generation
     python benchmarks/offload.py calls.json.xz answers.json.xz --device cuda   # there: torch + transformers only

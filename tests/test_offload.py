@@ -52,6 +52,7 @@ def test_recorded_calls_generated_elsewhere_are_replayed_and_the_others_generate
     answers = offload.read(answers_file)["answers"]
     assert sorted(answers) == sorted(offload.read(calls)["calls"])
     assert all(len(a) == n for a, n in zip(answers.values(), [2, 1], strict=True))
+    assert offload.PLACEHOLDER not in [a for call in answers.values() for a in call]  # the model answered there
 
     here = Here()
     replay = offload.ReplayBackend(here, answers_file)

@@ -13,9 +13,10 @@ public few-shot the same with the query's 4 most similar public demonstrations (
 the stronger of the free baselines); classification scores label votes, calibrated (task.calibrate) for the
 non-private row. Scores (0–100): accuracy, or ROUGE-L F1.
 Token-level methods (DP few-shot generation, DPS-MOZO, AdaPMixED) are measured by benchmarks/token_level.py;
-`--token-level FILE` adds the E2E rows of its --json file. `--configs A B [--name LABEL]` measures configs of your own
-(names or YAML paths that share one ensemble) as one group; `--synthesis CONFIG` a dp-fewshot config's synthetic
-demonstrations (generated at each ε as `dpicl synthesize` does), answered by synthetic ICL.
+`--token-level FILE...` adds the E2E rows of its --json files, one per repetition. `--configs A B [--name LABEL]`
+measures configs of your own (names or YAML paths that share one ensemble) as one group; `--synthesis CONFIG` a
+dp-fewshot config's synthetic demonstrations (generated at each ε as `dpicl synthesize` does), answered by synthetic
+ICL.
 With --json the last line is one JSON object with `rows`: {dataset, method, epsilon, metric, score, std,
 zero_shot, non_private, public_few_shot, gap_recovered} (KSA-PTR adds pass_rate, the share of passed tests);
 ε = "inf" is the method's aggregation without noise; gap_recovered is null where the non-private ceiling is not above
@@ -32,6 +33,7 @@ import functools
 import json
 import math
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -261,7 +263,9 @@ def plot(rows: list[dict], folder: Path) -> list[Path]:
         ax.minorticks_off()
         ax.set_xlabel("ε (per budget, log scale)")
         ax.set_ylabel(f"{mine[0]['metric']} (0–100)")
-        ax.set_title(f"{dataset}: {mine[0]['queries']} queries, {mine[0]['repetitions']} repetition(s)")
+        reps = sorted({r["repetitions"] for r in mine})  # separate runs of one dataset may differ
+        ax.set_title(f"{dataset}: {mine[0]['queries']} queries, "
+                     f"{reps[0] if len(reps) == 1 else f'{reps[0]}–{reps[-1]}'} repetition(s)")
         ax.legend(fontsize="small")
         fig.tight_layout()
         path = folder / f"utility-{dataset}.png"
@@ -271,21 +275,31 @@ def plot(rows: list[dict], folder: Path) -> list[Path]:
     return paths
 
 
-def token_level_rows(path: Path) -> list[dict]:
-    """benchmarks/token_level.py's E2E figures (its --json file) as rows of this table: its non-private row is 4-shot
-    ICL on the private data as here, it has no public few-shot, and it ran one repetition at its own ε."""
-    run = json.loads(path.read_text())
-    figures = {name: row["rougeL"] for name, row in run["rows"].items()}
-    zero, ceiling = figures.pop("zero-shot"), figures.pop("few-shot (non-private)")
+def token_level_rows(paths: list[Path]) -> list[dict]:
+    """benchmarks/token_level.py's E2E figures (its --json files, one per repetition: parts of one repetition are
+    joined first by its --merge) as rows of this table: its non-private row is 4-shot ICL on the private data as
+    here, it has no public few-shot. A setting's score is the mean over the repetitions that ran it; its `queries`
+    the fewest any of them ran."""
+    runs = [json.loads(Path(path).read_text())["rows"] for path in paths]
+    settings: dict[str, list[dict]] = defaultdict(list)
+    for run in runs:
+        for name, row in run.items():
+            settings[name].append(row)
+    zero, ceiling = (float(np.mean([r["rougeL"] for r in settings.pop(name)]))
+                     for name in ("zero-shot", "few-shot (non-private)"))
     gap = ceiling - zero if ceiling > zero else None
     rows = []
-    for name, value in figures.items():
+    for name, runs_of_it in settings.items():
         method, _, epsilon = name.partition(" ε=")
+        scores = [r["rougeL"] for r in runs_of_it]
+        score = float(np.mean(scores))
         rows.append({"dataset": "e2e", "method": method, "epsilon": float(epsilon), "metric": "rougeL",
-                     "score": value, "std": None, "zero_shot": zero, "non_private": ceiling, "public_few_shot": None,
-                     "gap_recovered": (value - zero) / gap if gap else None, "queries": run["queries"],
-                     "repetitions": 1, "source": path.name})
-    return rows
+                     "score": score, "std": float(np.std(scores)) if len(scores) > 1 else None,
+                     "zero_shot": zero, "non_private": ceiling, "public_few_shot": None,
+                     "gap_recovered": (score - zero) / gap if gap else None,
+                     "queries": min(r["queries"] for r in runs_of_it), "repetitions": len(scores),
+                     "source": ", ".join(Path(p).name for p in paths)})
+    return sorted(rows, key=lambda r: (r["method"], r["epsilon"]))
 
 
 def merge(path: Path, rows: list[dict]) -> list[dict]:
@@ -320,8 +334,9 @@ def main() -> None:
     parser.add_argument("--plots", type=Path, help="folder for one privacy–utility PNG per dataset")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, help="a JSON file of rows to update with this run's groups")
-    parser.add_argument("--token-level", type=Path, metavar="JSON",
-                        help="add the E2E rows of benchmarks/token_level.py's --json file (measures no group)")
+    parser.add_argument("--token-level", type=Path, nargs="+", metavar="JSON",
+                        help="add the E2E rows of benchmarks/token_level.py's --json files, one per repetition "
+                             "(measures no group)")
     parser.add_argument("--record", type=Path, metavar="FILE",
                         help="generate nothing: write every generate call whose prompts do not depend on an answer "
                              "to FILE, for benchmarks/offload.py on another machine (the printed scores are "

@@ -209,7 +209,8 @@ def quality(backend, cfgs, private, public, key, refs: dict[str, list[str]], n: 
 
 
 def merge(paths: list[Path], out: Path | None) -> None:
-    """One table from runs in parts over disjoint queries: a setting's score is the mean over all its queries."""
+    """One table from runs in parts (other settings, or other queries of a setting): a setting's score is the mean
+    over all its queries."""
     parts = [json.loads(p.read_text()) for p in paths]
     rows: dict[str, dict] = {}
     for part in parts:
@@ -220,7 +221,9 @@ def merge(paths: list[Path], out: Path | None) -> None:
             merged["rougeL"] = total / merged["queries"]
             merged["per_query"] += row.get("per_query", [])
     meta = {k: v for k, v in parts[0].items() if k not in ("rows", "timings_s")}
-    meta["parts"] = [{"rows": list(p["rows"]), "timings_s": p["timings_s"]} for p in parts]
+    meta["parts"] = [{"rows": list(p["rows"]), "timings_s": p["timings_s"], "device": p.get("device", "CPU")}
+                     for p in parts]  # parts may have run on different machines
+    meta["device"] = " + ".join(dict.fromkeys(part["device"] for part in meta["parts"]))
     meta.update(timing=next((p["timing"] for p in parts if "timing" in p), None))
     report(rows, ["rougeL", "queries"], out, meta)
 

@@ -1,7 +1,7 @@
 """Which method to start with, per kind of task: the best DP method each of our measurements found, next to the free
 baselines of the same run (docs/BENCHMARKS.md, the section each entry names). All were measured with the embedded
-SmolLM2-135M on a 2-core CPU (the 24-teacher SAMSum runs generated on a GPU), on 24–100 queries, one to three
-repetitions: a starting point, to be checked on your own data with `dpicl evaluate`."""
+SmolLM2-135M on a 2-core CPU (the 24-teacher SAMSum runs generated on a GPU, as did part of one E2E repetition), on
+24–100 queries, one to three repetitions: a starting point, to be checked on your own data with `dpicl evaluate`."""
 
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ RECOMMENDATIONS = (
     Recommendation(
         "text in a fixed format (data-to-text), no public data",
         "dp-fewshot", {},
-        "E2E, ε = 1–4: synthetic demonstrations, then `synthetic-icl` answers for free: ROUGE-L 46–48 against "
-        "12.5 zero-shot and 48.6 non-private few-shot; one charge for any number of queries",
-        "E2E, token-level methods (DP few-shot generation 002, DPS-MOZO 000, AdaPMixED 003)"),
+        "E2E, ε = 3: synthetic demonstrations, then `synthetic-icl` answers for free: ROUGE-L 47.5 ± 6.1 against "
+        "12.5 zero-shot and 48.9 non-private 4-shot (100 queries, 3 repetitions; 43.5 at ε = 1); one charge for "
+        "any number of queries",
+        "Utility against the free baselines (`benchmarks/utility.py`)"),
     Recommendation(
         "free-form text, no public data",
         "esa", {"teachers": 24, "shots": 4, "candidates": 32},

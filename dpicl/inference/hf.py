@@ -44,7 +44,7 @@ from dpicl.inference.base import GenerationParams, check_variants, has_stop, pos
 from dpicl.inference.kv_cache import with_cache
 from dpicl.inference.models import resolve_llm
 from dpicl.inference.openai_compat import row_seeds
-from dpicl.inference.own_rows import OWN_ROWS, decode_group
+from dpicl.inference.own_rows import OWN_ROWS, decode_group, row_groups
 from dpicl.progress import silence_library_bars, track
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -93,8 +93,9 @@ class HFBackend:
     intra-op thread each the prompts use that many cores; every prompt still has its own forward passes, so its
     output is the same (tested). Worth it on idle cores only: under load, threads compete as `threads` does.
 
-    `decode_rows` (default 1): greedy prompts that run alone are prefilled alone and then decoded this many at a
-    time, the rows kept apart (`own_rows`): one read of the weights per step for the group instead of per prompt.
+    `decode_rows` (default 1): greedy prompts that run alone are prefilled alone and then decoded up to this many at
+    a time, the rows kept apart (`own_rows`): one read of the weights per step for the group instead of per prompt.
+    A call has at least `parallel_prompts` groups where it has prompts enough (`own_rows.row_groups`).
     """
 
     name = "hf"
@@ -200,17 +201,21 @@ class HFBackend:
         if self.model is None:
             raise RuntimeError("this backend has been closed")
 
-    def _micro_batches(self, ids: list[list[int]], public: bool = False) -> list[list[int]]:
+    def _micro_batches(self, ids: list[list[int]], public: bool = False, workers: int = 1) -> list[list[int]]:
         """Indices of `ids` in micro-batches.
 
         Batch invariant (and not `public`, prompts without private records): one prompt each, in input order (a
         shape that depends on that prompt alone). Otherwise at most `batch_size`, longest prompts first: similar
-        lengths share a micro-batch (little padding), and an out-of-memory error shows up at once.
+        lengths share a micro-batch (little padding), and an out-of-memory error shows up at once. With `workers`
+        threads, the number of micro-batches is a multiple of theirs and their sizes within one of each other, so
+        no thread waits alone on a last one.
         """
         if self.batch_invariant and not public:
             return [[i] for i in range(len(ids))]
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
-        return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        count = -(-len(order) // self.batch_size)
+        count = min(len(order), -(-count // workers) * workers)
+        return [order[group.start:group.stop] for group in row_groups(len(order), self.batch_size, count)]
 
     def _pad(self, ids: list[list[int]]):
         """A left-padded batch (`input_ids`, `attention_mask`) on the model's device."""
@@ -449,10 +454,9 @@ class HFBackend:
         # Greedy private prompts (each alone in its forward passes) may decode in groups that keep rows apart.
         grouped = self.decode_rows > 1 and self.batch_invariant and not params.public_prompts and params.greedy
         if grouped:  # consecutive prompts in input order: the group sizes depend on the call's length alone
-            batches = [list(range(i, min(i + self.decode_rows, len(ids)))) for i in range(0, len(ids),
-                                                                                      self.decode_rows)]
+            batches = [list(group) for group in row_groups(len(ids), self.decode_rows, self.parallel_prompts)]
         else:
-            batches = self._micro_batches(ids, params.public_prompts)
+            batches = self._micro_batches(ids, params.public_prompts, self.parallel_prompts if params.greedy else 1)
         outputs: list[str | None] = [None] * len(ids)
         # A seeded call runs in a forked RNG so the caller's global torch RNG is untouched; an unseeded one
         # must not fork, or every call would restore, and so repeat, the same random stream.

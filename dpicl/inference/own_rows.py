@@ -6,8 +6,9 @@ still not depend on each other, to the bit:
 
 * each prompt is prefilled alone, in its own shape, as on the one-at-a-time path;
 * a decoding step's matrix products have the shape (B, width). B is the group's size, a public quantity: groups are
-  consecutive prompts of the call, in input order, so only the call's length sets them. A row of a product of fixed
-  shape is computed from that row alone (the same operations in the same order, whatever the other rows hold);
+  consecutive prompts of the call, in input order, so only the call's length (and the settings) set them
+  (`row_groups`). A row of a product of fixed shape is computed from that row alone (the same operations in the
+  same order, whatever the other rows hold);
 * attention is the one place where the padding would enter (the group's KV cache is left-padded to its longest
   prompt, a private length), so it runs row by row over that row's own positions only (`own_rows_attention`);
 * a row that has finished keeps being fed (its later tokens are dropped), so the shape stays (B, width) until the
@@ -54,6 +55,18 @@ def own_rows_attention(module, query, key, value, attention_mask, **kwargs):
 
 AttentionInterface.register(OWN_ROWS, own_rows_attention)
 AttentionMaskInterface.register(OWN_ROWS, sdpa_mask)
+
+
+def row_groups(prompts: int, rows: int, workers: int) -> list[range]:
+    """The groups a call of `prompts` prompts decodes in: consecutive prompts in input order, at most `rows` each,
+    at least `workers` groups where there are prompts enough (so every worker thread has one), their sizes within
+    one of each other. A function of the call's length and the settings alone: public."""
+    count = max(-(-prompts // rows), min(workers, prompts))
+    size, larger = divmod(prompts, count) if count else (0, 0)
+    bounds = [0]
+    for group in range(count):
+        bounds.append(bounds[-1] + size + (group < larger))
+    return [range(start, end) for start, end in zip(bounds, bounds[1:])]
 
 
 def stacked_cache(config, caches: Sequence[DynamicCache]) -> tuple[DynamicCache, torch.Tensor]:

@@ -160,6 +160,18 @@ def test_greedy_prompts_in_parallel_threads_give_the_same_outputs(hf_reference, 
     assert hf_reference.generate(prompts, public) == in_parallel
 
 
+@pytest.mark.model
+def test_public_micro_batches_give_every_thread_the_same_share(hf_reference, monkeypatch):
+    """80 public prompts, micro-batches of at most 16, two threads: six batches of 13–14, not five of 16 (the fifth
+    on one thread while the other waits); the longest prompts still first, so similar lengths share a batch."""
+    monkeypatch.setattr(hf_reference, "batch_size", 16)
+    ids = [[1] * length for length in range(1, 81)]
+    batches = hf_reference._micro_batches(ids, public=True, workers=2)
+    assert len(batches) == 6 and {len(batch) for batch in batches} == {13, 14}
+    assert [len(ids[i]) for batch in batches for i in batch] == list(range(80, 0, -1))
+    assert len(hf_reference._micro_batches(ids, public=True)) == 5  # one thread: as full as they can be
+
+
 @pytest.mark.slow
 @pytest.mark.model
 def test_the_batched_path_depends_on_the_batch(hf_reference, bf16):

@@ -15,7 +15,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from dpicl.config import ModelConfig
 from dpicl.inference import GenerationParams, backend_options, load_backend
-from dpicl.inference.own_rows import OWN_ROWS
+from dpicl.inference.own_rows import OWN_ROWS, row_groups
 from tests.inference.device import DEVICE
 from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
 
@@ -131,3 +131,15 @@ def test_decode_rows_is_keyed_only_when_set():
     assert backend_options(ModelConfig(decode_rows=8))["decode_rows"] == 8
     with pytest.raises(ValueError):
         ModelConfig(decode_rows=0)
+
+
+@pytest.mark.parametrize("prompts", [0, 1, 2, 5, 20, 40, 79, 80, 81, 200])
+@pytest.mark.parametrize(("rows", "workers"), [(1, 1), (3, 2), (10, 2), (40, 2), (40, 1), (7, 4)])
+def test_row_groups_cover_the_call_in_order_within_the_limits(prompts, rows, workers):
+    groups = row_groups(prompts, rows, workers)
+    assert [i for group in groups for i in group] == list(range(prompts))  # consecutive, in input order, all
+    assert all(0 < len(group) <= rows for group in groups)
+    assert len(groups) >= min(workers, prompts)  # a group for every worker thread while prompts last
+    # no more groups than needed: one fewer would not hold the prompts, or would leave a worker without one
+    assert (len(groups) - 1) * rows < prompts or len(groups) <= min(workers, prompts)
+    assert max(map(len, groups), default=0) - min(map(len, groups), default=0) <= 1  # balanced

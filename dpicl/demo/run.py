@@ -5,8 +5,8 @@ a backlog of 24 queries; opens a budget planned for 20 queries; answers the back
 `answer_backlog` Prefect flow with the demo config's method (SGA with the public tickets: it measured best on this
 data); then compares the answers with the free alternatives (the zero-shot answer; 4-shot ICL with the most similar
 public tickets) and with the non-private baseline a careless deployment would use (4-shot ICL with the most
-similar private tickets). It scores them all against the backlog's bundled reference summaries (ROUGE-L) and
-counts the planted canaries in the answers.
+similar private tickets), generated for the answered queries only. It scores them all against the backlog's
+bundled reference summaries (ROUGE-L) and counts the planted canaries in the answers.
 """
 
 from __future__ import annotations
@@ -105,26 +105,26 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
     console.print(f"the alternatives: zero-shot and {NONPRIVATE_SHOTS}-shot answers from the most similar public "
                   f"tickets (free), and {NONPRIVATE_SHOTS}-shot answers from the most similar private tickets "
                   "(non-private: what a careless deployment would release)")
-    prompts = baseline_prompts(cfg, private, public, [text for _, text, _ in backlog])
+    # the answered queries only: the refused ones have no DP answer to compare with
+    tickets = {query_id: (text, reference) for query_id, text, reference in backlog}
+    answered = [tickets[r["query_id"]] for r in released]
+    prompts = baseline_prompts(cfg, private, public, [text for text, _ in answered])
     params = greedy_params(cfg)
     free = {name: context.backend(cfg).generate(p, replace(params, public_prompts=name != "non-private"),
                                                 progress=True)
             for name, p in prompts.items()}
 
-    tickets = {query_id: text for query_id, text, _ in backlog}
     table = Table(title="released answers (differentially private)")
     for column in ("query", "ticket", "answer"):
         table.add_column(column)
     for r in released:
-        table.add_row(r["query_id"], shorten(tickets[r["query_id"]]), r["answer"])
+        table.add_row(r["query_id"], shorten(tickets[r["query_id"]][0]), r["answer"])
     console.print(table)
 
     # quality on the released queries: each answer against the backlog's bundled reference summary
-    row = {query_id: i for i, (query_id, _, _) in enumerate(backlog)}
-    answered = [row[r["query_id"]] for r in released]
-    references = [backlog[i][2] for i in answered]
+    references = [reference for _, reference in answered]
     quality = {"dp": rouge_l([r["answer"] for r in released], references)}
-    quality.update({name: rouge_l([answers[i] for i in answered], references) for name, answers in free.items()})
+    quality.update({name: rouge_l(answers, references) for name, answers in free.items()})
 
     budget = result["budget"]
     planted = canaries()
@@ -149,7 +149,7 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
     )
     console.print(
         f"canaries ({len(planted)} planted in the private tickets): found in "
-        f"{summary['canary_hits_nonprivate']} of {len(backlog)} non-private answers, "
+        f"{summary['canary_hits_nonprivate']} of {summary['nonprivate_answers']} non-private answers, "
         f"in {summary['canary_hits_dp']} of {len(released)} DP answers"
     )
     console.print(

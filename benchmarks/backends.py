@@ -18,7 +18,7 @@ shared machine.
 Needs vllm (`make test-vllm` builds .venv-vllm):
 `DPICL_CACHE=.cache/dpicl .venv-vllm/bin/python benchmarks/backends.py [--queries 8] [--threads 1] [--repeat 2]`.
 On a GPU machine without vllm: `benchmarks/backends.py --backends hf --device cuda`. `--json`: one JSON object
-with every row as the last line.
+with every row as the last line. `--dtype bfloat16`: both backends in bfloat16 (CPUs with BF16 instructions).
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each backend")
     parser.add_argument("--repeat", type=int, default=2, help="alternating runs per backend; the best counts")
     parser.add_argument("--device", default="cpu", help="torch device of both backends (cuda: hf on a GPU)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="of both backends")
     parser.add_argument("--json", action="store_true", help="end with one JSON object of every row")
     parser.add_argument("--backends", nargs="+", choices=["hf", "vllm"], default=["hf", "vllm"],
                         help="hf alone where vllm is not installed (the lent GPU machines)")
@@ -95,7 +96,7 @@ def main() -> None:
     cfg = method_config(demo, "esa", teachers=demo.method.teachers, shots=demo.method.shots, candidates=6,
                         candidate_temperature=0.7, candidate_top_p=0.95)
     workloads = demo_workloads(cfg, args.queries, args.tokens)
-    common = dict(model=cfg.model.llm, device=args.device, dtype="float32", threads=args.threads)
+    common = dict(model=cfg.model.llm, device=args.device, dtype=args.dtype, threads=args.threads)
     # throughput of batched inference on both sides: the batch-invariant (strict) hf path is slower by design
     extra = {"hf": dict(batch_size=cfg.model.batch_size)}
     backends = [load_backend(name, batch_invariant=False, **extra.get(name, {}), **common) for name in args.backends]
@@ -103,7 +104,7 @@ def main() -> None:
     both = len(backends) == 2
     print(f"{args.queries} queries: {len(workloads[0].prompts)} teacher prompts ({cfg.method.teachers} per query, "
           f"{cfg.method.shots} shot, {sum(count(workloads[0].prompts))} tokens), {len(workloads[1].prompts)} "
-          f"candidate prompts ({sum(count(workloads[1].prompts))} tokens); {cfg.model.llm} fp32, "
+          f"candidate prompts ({sum(count(workloads[1].prompts))} tokens); {cfg.model.llm} {args.dtype}, "
           f"{device_name(args.device)}, {args.threads} thread(s) each, hf micro-batch {cfg.model.batch_size}")
     for backend in backends:  # warm-up (first-call allocations, kernels)
         backend.generate(workloads[0].prompts[:2], GenerationParams(max_new_tokens=4))
@@ -143,8 +144,8 @@ def main() -> None:
     for backend in backends:
         backend.close()
     if args.json:
-        print(json.dumps({"device": device_name(args.device), "queries": args.queries, "threads": args.threads,
-                          "rows": rows}))
+        print(json.dumps({"device": device_name(args.device), "dtype": args.dtype, "queries": args.queries,
+                          "threads": args.threads, "rows": rows}))
 
 
 def device_name(device: str) -> str:

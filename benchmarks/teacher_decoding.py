@@ -8,7 +8,8 @@ a shared machine):
 - in groups: prompts prefilled alone, then decoded `--rows` at a time with the rows kept apart (`decode_rows`);
 - batched: `batch_invariant: false` (padded micro-batches of `batch_size`): the speed the guarantee costs.
 
-`.venv/bin/python benchmarks/teacher_decoding.py [--queries 4] [--rows 10] [--repeat 2] [--json]`
+`.venv/bin/python benchmarks/teacher_decoding.py [--queries 4] [--rows 10] [--parallel 1] [--dtype float32]
+[--repeat 2] [--json]`
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10, help="decode_rows of the grouped path")
     parser.add_argument("--parallel", type=int, default=1, help="parallel_prompts of the strict and grouped paths")
     parser.add_argument("--repeat", type=int, default=2, help="alternating runs per path; the best counts")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="of the model (bfloat16: the demo's, for CPUs with BF16 instructions)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args()
     demo = load_config("demo")
     # the demo's private teachers (demo_workloads builds ESA's calls: its first is the teachers', as in SGA)
     cfg = method_config(demo, "esa", teachers=demo.method.teachers, shots=demo.method.shots, candidates=1)
     teachers = demo_workloads(cfg, args.queries, tokens=1)[0]
-    common = dict(model=cfg.model.llm, device="cpu", dtype="float32", threads=1)
+    common = dict(model=cfg.model.llm, device="cpu", dtype=args.dtype, threads=1)
     paths = {
         "one at a time": load_backend("hf", parallel_prompts=args.parallel, **common),
         f"groups of {args.rows}": load_backend("hf", parallel_prompts=args.parallel, decode_rows=args.rows, **common),
@@ -47,7 +50,7 @@ def main() -> None:
     tokens = sum(strict.count_tokens(teachers.prompts))
     print(f"{args.queries} queries: {len(teachers.prompts)} teacher prompts, {tokens} prompt tokens, "
           f"{teachers.params.max_new_tokens} new tokens at most, stop {list(teachers.params.stop)}; {cfg.model.llm} "
-          f"fp32, CPU, 1 thread, parallel_prompts {args.parallel}")
+          f"{args.dtype}, CPU, 1 thread, parallel_prompts {args.parallel}")
     for backend in paths.values():  # warm-up (first-call allocations)
         backend.generate(teachers.prompts[:2], teachers.params)
     runs: dict[str, list[tuple[float, list[str]]]] = {name: [] for name in paths}
@@ -69,7 +72,7 @@ def main() -> None:
     for backend in paths.values():
         backend.close()
     if args.json:
-        print(json.dumps({"queries": args.queries, "rows": args.rows, "parallel": args.parallel,
+        print(json.dumps({"queries": args.queries, "rows": args.rows, "parallel": args.parallel, "dtype": args.dtype,
                           "prompt_tokens": tokens, "paths": rows}))
 
 

@@ -12,6 +12,7 @@ bundled reference summaries (ROUGE-L) and counts the planted canaries in the ans
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -92,6 +93,9 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
                   f"answering {cfg.backlog!r} with {cfg.method.name} ({cfg.method.teachers} teachers × "
                   f"{cfg.method.shots} shots)")
 
+    # load the models while Prefect starts its temporary server (a process of its own): the flow's tasks find them
+    # loaded, or wait for the load under way (context's lock), instead of loading them after the server is up
+    threading.Thread(target=lambda: (context.encoder(cfg), context.backend(cfg)), daemon=True).start()
     result = answer_backlog(config="demo", db=str(db))
 
     con = connect(db)

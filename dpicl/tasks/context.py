@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -86,6 +87,11 @@ def database(db_path: str, wait_seconds: float = READER_WAIT_SECONDS) -> Iterato
         con.close()
 
 
+# One model load at a time in a process: tasks on Prefect's worker threads (or a caller loading the models ahead)
+# that ask for a model at once wait for the first load instead of each loading it (lru_cache does not wait).
+_LOADING = threading.Lock()
+
+
 @functools.lru_cache(maxsize=2)
 def _backend(model):  # a config.ModelConfig (frozen, hashable)
     from dpicl.inference import backend_options, load_backend
@@ -95,7 +101,8 @@ def _backend(model):  # a config.ModelConfig (frozen, hashable)
 
 def backend(cfg: Config):
     """The run's LLM backend, loaded once per process and reused by every task (per model config)."""
-    return _backend(cfg.model)
+    with _LOADING:
+        return _backend(cfg.model)
 
 
 @functools.lru_cache(maxsize=2)
@@ -106,7 +113,8 @@ def _encoder(model: str, batch_size: int):
 
 
 def encoder(cfg: Config):
-    return _encoder(cfg.embedding.model, cfg.embedding.batch_size)
+    with _LOADING:
+        return _encoder(cfg.embedding.model, cfg.embedding.batch_size)
 
 
 def reserve_many(con: duckdb.DuckDBPyConnection, cfg: Config, run_id: str, query_ids: Sequence[str], mechanism: str,

@@ -207,8 +207,8 @@ class HFBackend:
         Batch invariant (and not `public`, prompts without private records): one prompt each, in input order (a
         shape that depends on that prompt alone). Otherwise at most `batch_size`, longest prompts first: similar
         lengths share a micro-batch (little padding), and an out-of-memory error shows up at once. With `workers`
-        threads, the number of micro-batches is a multiple of theirs and their sizes within one of each other, so
-        no thread waits alone on a last one.
+        threads, the number of micro-batches is a multiple of theirs (where there are prompts enough) and their
+        sizes within one of each other, so no thread waits alone on a last one.
         """
         if self.batch_invariant and not public:
             return [[i] for i in range(len(ids))]

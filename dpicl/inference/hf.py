@@ -453,7 +453,7 @@ class HFBackend:
         ids = self._encode(prompts)
         # Greedy private prompts (each alone in its forward passes) may decode in groups that keep rows apart.
         grouped = self.decode_rows > 1 and self.batch_invariant and not params.public_prompts and params.greedy
-        if grouped:  # consecutive prompts in input order: the group sizes depend on the call's length alone
+        if grouped:  # consecutive prompts in input order: the call's length and the settings set the group sizes
             batches = [list(group) for group in row_groups(len(ids), self.decode_rows, self.parallel_prompts)]
         else:
             batches = self._micro_batches(ids, params.public_prompts, self.parallel_prompts if params.greedy else 1)

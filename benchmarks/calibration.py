@@ -123,6 +123,8 @@ def main() -> None:
     rows = []
     for name in args.configs:
         plain = load_config(name)
+        # the bundled configs calibrate: "plain" is the same config with calibration off
+        plain = plain.model_copy(update={"task": plain.task.model_copy(update={"calibrate": False})})
         if args.batched:
             plain = plain.model_copy(update={"model": plain.model.model_copy(update={"batch_invariant": False})})
         calibrated = plain.model_copy(update={"task": plain.task.model_copy(update={"calibrate": True})})

@@ -19,6 +19,7 @@ Needs vllm (`make test-vllm` builds .venv-vllm):
 `DPICL_CACHE=.cache/dpicl .venv-vllm/bin/python benchmarks/backends.py [--queries 8] [--threads 1] [--repeat 2]`.
 On a GPU machine without vllm: `benchmarks/backends.py --backends hf --device cuda`. `--json`: one JSON object
 with every row as the last line. `--dtype bfloat16`: both backends in bfloat16 (CPUs with BF16 instructions).
+`--compile`: vLLM with torch.compile (`model.compile: true`; on CPU its start takes about 1.5 minutes more, printed).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="alternating runs per backend; the best counts")
     parser.add_argument("--device", default="cpu", help="torch device of both backends (cuda: hf on a GPU)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="of both backends")
+    parser.add_argument("--compile", action="store_true", help="vllm with torch.compile (model.compile: true)")
     parser.add_argument("--json", action="store_true", help="end with one JSON object of every row")
     parser.add_argument("--backends", nargs="+", choices=["hf", "vllm"], default=["hf", "vllm"],
                         help="hf alone where vllm is not installed (the lent GPU machines)")
@@ -98,14 +100,20 @@ def main() -> None:
     workloads = demo_workloads(cfg, args.queries, args.tokens)
     common = dict(model=cfg.model.llm, device=args.device, dtype=args.dtype, threads=args.threads)
     # throughput of batched inference on both sides: the batch-invariant (strict) hf path is slower by design
-    extra = {"hf": dict(batch_size=cfg.model.batch_size)}
-    backends = [load_backend(name, batch_invariant=False, **extra.get(name, {}), **common) for name in args.backends]
+    extra = {"hf": dict(batch_size=cfg.model.batch_size), "vllm": dict(enforce_eager=False) if args.compile else {}}
+    backends, start_s = [], {}
+    for name in args.backends:
+        start = time.perf_counter()
+        backends.append(load_backend(name, batch_invariant=False, **extra[name], **common))
+        start_s[name] = time.perf_counter() - start
     count = backends[0].count_tokens
     both = len(backends) == 2
     print(f"{args.queries} queries: {len(workloads[0].prompts)} teacher prompts ({cfg.method.teachers} per query, "
           f"{cfg.method.shots} shot, {sum(count(workloads[0].prompts))} tokens), {len(workloads[1].prompts)} "
           f"candidate prompts ({sum(count(workloads[1].prompts))} tokens); {cfg.model.llm} {args.dtype}, "
-          f"{device_name(args.device)}, {args.threads} thread(s) each, hf micro-batch {cfg.model.batch_size}")
+          f"{device_name(args.device)}, {args.threads} thread(s) each, hf micro-batch {cfg.model.batch_size}; "
+          f"vllm {'compiled' if args.compile else 'default (eager on CPU)'}; start "
+          + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in start_s.items()))
     for backend in backends:  # warm-up (first-call allocations, kernels)
         backend.generate(workloads[0].prompts[:2], GenerationParams(max_new_tokens=4))
     print(f"{'workload':<40} {'backend':<6} {'best s':>7} {'runs s':>11} {'tokens':>7} {'tok/s':>7} {'vllm/hf':>8}")
@@ -145,7 +153,7 @@ def main() -> None:
         backend.close()
     if args.json:
         print(json.dumps({"device": device_name(args.device), "dtype": args.dtype, "queries": args.queries,
-                          "threads": args.threads, "rows": rows}))
+                          "threads": args.threads, "vllm_compiled": args.compile, "start_s": start_s, "rows": rows}))
 
 
 def device_name(device: str) -> str:

@@ -77,6 +77,8 @@ def backend_options(model: Any) -> dict[str, Any]:
         options.update(parallel_prompts=model.parallel_prompts, decode_rows=model.decode_rows)
     if model.backend == "vllm" and model.max_model_len is not None:
         options["max_model_len"] = model.max_model_len
+    if model.backend == "vllm" and model.compile is not None:
+        options["enforce_eager"] = not model.compile
     if model.backend == "openai":
         options.update(base_url=model.base_url, api_key_env=model.api_key_env, timeout=model.timeout,
                        max_concurrency=model.max_concurrency, max_retries=model.max_retries,

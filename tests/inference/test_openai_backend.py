@@ -249,3 +249,15 @@ def test_a_refused_logprob_request_names_the_missing_capability():
             backend.next_token_logprobs([SECRET, "two"])
         assert "2 of 2" in str(err.value) and SECRET not in chain_text(err.value)
         assert sum(server.attempts.values()) == 2  # a 400 is not retried
+
+
+def test_model_compile_is_vllms_eager_mode_switch_and_stays_out_of_artifact_keys():
+    def vllm(**kw):
+        return ModelConfig(backend="vllm", batch_invariant=False, **kw)
+
+    assert backend_options(vllm(compile=True))["enforce_eager"] is False
+    assert backend_options(vllm(compile=False))["enforce_eager"] is True
+    assert "enforce_eager" not in backend_options(vllm())  # the backend's own default: eager on CPU only
+    assert "compile" not in vllm().model_dump() and vllm(compile=True).model_dump()["compile"] is True
+    with pytest.raises(ValueError, match="vllm backend only"):
+        ModelConfig(compile=True)  # hf

@@ -273,3 +273,27 @@ def test_next_token_errors(vllm_backend):
     empty = vllm_backend.next_token_logprobs([])
     assert empty.shape == (0, vocab) and empty.dtype == np.float32
     assert vllm_backend.next_token_logprobs([], [1], token_ids=[3, 4]).shape == (0, 2)
+
+
+COMPILED = """
+import json, sys
+from dpicl.config import ModelConfig
+from dpicl.inference import GenerationParams, backend_options, load_backend
+model = ModelConfig(backend="vllm", device="cpu", compile=True, batch_invariant=False)
+backend = load_backend(model.backend, **backend_options(model))
+print(json.dumps(backend.generate(json.loads(sys.argv[1]), GenerationParams(max_new_tokens=16))))
+"""
+
+
+def test_a_compiled_engine_answers_as_hf(hf_reference):
+    """`model.compile: true` (torch.compile instead of eager mode on CPU: faster generation, a slower start) changes
+    no greedy answer. In a process of its own: one vLLM engine per process."""
+    import json
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", COMPILED, json.dumps(PROMPTS)], capture_output=True, text=True,
+                         timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    compiled = json.loads(run.stdout.strip().splitlines()[-1])
+    assert compiled == hf_reference.generate(PROMPTS, GenerationParams(max_new_tokens=16))

@@ -15,7 +15,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from dpicl.config import ModelConfig
 from dpicl.inference import GenerationParams, backend_options, load_backend
-from dpicl.inference.own_rows import OWN_ROWS, row_groups
+from dpicl.inference.own_rows import OWN_ROWS, own_starts, row_groups
 from tests.inference.device import DEVICE
 from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
 
@@ -143,3 +143,15 @@ def test_row_groups_cover_the_call_in_order_within_the_limits(prompts, rows, wor
     # no more groups than needed: one fewer would not hold the prompts, or would leave a worker without one
     assert (len(groups) - 1) * rows < prompts or len(groups) <= min(workers, prompts)
     assert max(map(len, groups), default=0) - min(map(len, groups), default=0) <= 1  # balanced
+
+
+def test_a_rows_positions_start_after_its_left_padding_and_run_to_the_end():
+    own = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1]], dtype=torch.bool)
+    assert own_starts(own[:, None, None], 3, 5) == [2, 0, 4]
+    assert own_starts(None, 2, 5) == [0, 0]
+    gap = own.clone()
+    gap[0, 3] = False  # a hole in a row's positions: a slice from its start would read it
+    with pytest.raises(ValueError, match="left padding"):
+        own_starts(gap[:, None, None], 3, 5)
+    with pytest.raises(TypeError, match="boolean"):
+        own_starts(own[:, None, None].float(), 3, 5)

@@ -40,6 +40,9 @@ def own_rows_attention(module, query, key, value, attention_mask, **kwargs):
     batch, heads, q_length, dim = query.shape
     if q_length != 1 or batch == 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    if kwargs.get("softcap") or kwargs.get("s_aux") is not None:
+        raise ValueError("decode_rows > 1 does not support attention logit soft-capping or attention sinks (this "
+                         "model uses one): set model.decode_rows: 1")
     starts = own_starts(attention_mask, batch, key.shape[2])
     kv_heads = key.shape[1]
     scaling = kwargs.get("scaling") or dim ** -0.5

@@ -15,7 +15,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from dpicl.config import ModelConfig
 from dpicl.inference import GenerationParams, backend_options, load_backend
-from dpicl.inference.own_rows import OWN_ROWS, own_starts, row_groups
+from dpicl.inference.own_rows import OWN_ROWS, own_rows_attention, own_starts, row_groups
 from tests.inference.device import DEVICE
 from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
 
@@ -155,3 +155,10 @@ def test_a_rows_positions_start_after_its_left_padding_and_run_to_the_end():
         own_starts(gap[:, None, None], 3, 5)
     with pytest.raises(TypeError, match="boolean"):
         own_starts(own[:, None, None].float(), 3, 5)
+
+
+@pytest.mark.parametrize("feature", [{"softcap": 30.0}, {"s_aux": torch.zeros(3)}])
+def test_attention_features_the_rows_cannot_honour_are_refused(feature):
+    query, kv = torch.zeros(2, 3, 1, 4), torch.zeros(2, 3, 5, 4)  # a decoding step of two rows
+    with pytest.raises(ValueError, match="decode_rows: 1"):
+        own_rows_attention(None, query, kv, kv, None, **feature)

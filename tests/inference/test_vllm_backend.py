@@ -2,6 +2,9 @@
 hf backend's contract (order, limits, stops, seeds, label and next-token log-probabilities), and agreement with
 hf (greedy outputs; log-probabilities to a few decimals). Run with `make test-vllm`."""
 
+import json
+import subprocess
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -288,10 +291,6 @@ print(json.dumps(backend.generate(json.loads(sys.argv[1]), GenerationParams(max_
 def test_a_compiled_engine_answers_as_hf(hf_reference):
     """`model.compile: true` (torch.compile instead of eager mode on CPU: faster generation, a slower start) changes
     no greedy answer. In a process of its own: one vLLM engine per process."""
-    import json
-    import subprocess
-    import sys
-
     run = subprocess.run([sys.executable, "-c", COMPILED, json.dumps(PROMPTS)], capture_output=True, text=True,
                          timeout=600, check=False)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -12,6 +12,7 @@ import pytest
 
 from dpicl.inference import Backend, GenerationParams
 from dpicl.inference.base import LabelScorer, TokenScorer, postprocess, require, supports
+from tests.inference.conftest import require_vllm
 from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.model]
@@ -291,6 +292,7 @@ print(json.dumps(backend.generate(json.loads(sys.argv[1]), GenerationParams(max_
 def test_a_compiled_engine_answers_as_hf(hf_reference):
     """`model.compile: true` (torch.compile instead of eager mode on CPU: faster generation, a slower start) changes
     no greedy answer. In a process of its own: one vLLM engine per process."""
+    require_vllm()
     run = subprocess.run([sys.executable, "-c", COMPILED, json.dumps(PROMPTS)], capture_output=True, text=True,
                          timeout=600, check=False)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -23,8 +23,10 @@ class KSAPublicSettings(KeywordSettings, PublicEnsembleSettings):
 
     name: Literal["ksa-public"] = "ksa-public"
     k: int = Field(10, ge=1)
-    keyword_template: str = ("{example}\n\nInput:\n{input}\nOutput with the following word suggestions ranked by "
-                             "their frequency from high to low: [{keywords}]\nOutput:")
+    # default: the public example, then the task's own query prompt with a "Keywords:" line
+    # (`prompts.keyword_prompt`); paper 004's "Output with the following word suggestions …" prompt made SmolLM2
+    # echo the word list (docs/BENCHMARKS.md, "The demo's method")
+    keyword_template: str | None = None
 
 
 class KSAPublicPlan(JointEMPlan):

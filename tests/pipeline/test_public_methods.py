@@ -103,7 +103,8 @@ def test_ksa_public_keywords_come_from_public_text_only(public_env):
     public_words |= {w for i in range(N_QUERIES) for w in keywords(f"Input:\nincoming ticket {i}\nOutput:")}
     for d in details:
         assert len(d["keywords"]) == 2 and set(d["keywords"]) <= public_words
-    hinted = [p for p in prompts if "word suggestions" in p]
+    # the default prompt: a public example, then the query prompt with a line of the DP keywords
+    hinted = [p for p in prompts if "\nKeywords: " in p]
     assert hinted and all(re.search(r"public example \d+", p) and "private" not in p for p in hinted)
 
 

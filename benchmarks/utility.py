@@ -147,7 +147,7 @@ def measure_group(name: str, args, config_names: list[str] | None = None) -> lis
             baselines["public_few_shot"].append(score(base, icl_answers(base, backend, public, queries, rng,
                                                                         calibrate=base.task.calibrate, nearest=True),
                                                       references))
-        for cfg in configs:
+        for cfg, label in zip(configs, sweep.method_labels(configs), strict=True):
             for epsilon in [*args.epsilons, sweep.INF]:
                 plan = None if math.isinf(epsilon) else planning.plan_with_settings(
                     cfg, sampling_rate=ens.sampling_rate, queries=len(ens.queries), epsilon=epsilon, delta=ens.delta)
@@ -155,10 +155,10 @@ def measure_group(name: str, args, config_names: list[str] | None = None) -> lis
                 for _ in range(1 if plan is None else args.noise_draws):
                     answers, passed = sweep.method_answers(cfg, ens, epsilon, backend, rng, plan=plan)
                     for suffix, texts in answers.items():
-                        scores.setdefault((cfg.method.name + suffix, epsilon), []).append(
+                        scores.setdefault((label + suffix, epsilon), []).append(
                             score(cfg, texts, references))
                     if passed is not None:  # KSA-PTR: the share of queries whose test passed
-                        pass_rates.setdefault((cfg.method.name, epsilon), []).append(passed)
+                        pass_rates.setdefault((label, epsilon), []).append(passed)
         seconds.append(time.perf_counter() - started)
         print(f"  {name} rep {repetition}: {seconds[-1]:.0f} s", flush=True)
     rows = table_rows(name, base, scores, baselines, len(queries), args.repetitions, seconds)

@@ -15,6 +15,7 @@ noise-free `nonprivate`) and answering with its own `release`, as in the pipelin
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -74,7 +75,21 @@ def check_configs(configs: Sequence[Config]) -> Config:
     if len(publics) > 1:
         raise SweepError("the public-data methods of one sweep must share one public dataset and the public "
                          "teachers' settings (public_demonstrations, public_shots)")
+    method_labels(configs)  # refuses two configs of one method under one name
     return base
+
+
+def method_labels(configs: Sequence[Config]) -> list[str]:
+    """How the sweep's rows name each config's method: the method's name, or "method (config name)" where several
+    configs use one method (two values of k, two prompts), so that their rows stay apart."""
+    uses = Counter(cfg.method.name for cfg in configs)
+    labels = [cfg.method.name if uses[cfg.method.name] == 1 else f"{cfg.method.name} ({cfg.name})"
+              for cfg in configs]
+    for label, count in Counter(labels).items():
+        if count > 1:
+            raise SweepError(f"{count} configs of the sweep are {label}: give each its own `name:` so that their "
+                             "rows can be told apart")
+    return labels
 
 
 def default_delta(n_records: int) -> float:

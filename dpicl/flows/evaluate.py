@@ -15,7 +15,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
 from dpicl.config import resolve_config_path
-from dpicl.evaluation.sweep import check_configs, unavailable_metrics
+from dpicl.evaluation.sweep import check_configs, method_labels, unavailable_metrics
 from dpicl.flows.locking import database_writer
 from dpicl.storage.db import default_db_path
 from dpicl.tasks import context
@@ -32,7 +32,8 @@ def evaluate(configs: list[str], epsilons: list[float] = (1.0, 3.0, 8.0), querie
     if not epsilons or any(not e > 0 for e in epsilons):
         raise ValueError(f"epsilons must be positive numbers (got {list(epsilons)})")
     paths = [str(resolve_config_path(c)) for c in configs]
-    base = check_configs([context.config(p) for p in paths])
+    configs_read = [context.config(p) for p in paths]
+    base, labels = check_configs(configs_read), method_labels(configs_read)
     skipped = unavailable_metrics(base, metrics)  # also rejects unknown names before any model runs
     for name, reason in skipped.items():
         get_run_logger().warning("metric %s skipped: %s", name, reason)
@@ -43,8 +44,8 @@ def evaluate(configs: list[str], epsilons: list[float] = (1.0, 3.0, 8.0), querie
         info = build_ensemble(paths, queries, repetition, seed, delta)
         try:
             rows += score_baselines(info["handle"], metrics, repetition)
-            for path in paths:
-                rows += sweep_method(info["handle"], path, sorted(epsilons), metrics, repetition, seed)
+            for path, label in zip(paths, labels, strict=True):
+                rows += sweep_method(info["handle"], path, label, sorted(epsilons), metrics, repetition, seed)
         finally:
             drop_ensemble(info["handle"])
     meta = {"dataset": base.private_dataset, "backlog": base.backlog, "queries": info["queries"],

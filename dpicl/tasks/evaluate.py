@@ -57,22 +57,23 @@ def score_baselines(handle: str, metrics: list[str] | None, repetition: int) -> 
 
 
 @task(name="sweep-method", **STAGE)
-def sweep_method(handle: str, config_path: str, epsilons: list[float], metrics: list[str] | None,
+def sweep_method(handle: str, config_path: str, label: str, epsilons: list[float], metrics: list[str] | None,
                  repetition: int, seed: int | None) -> list[dict]:
-    """One method at every ε and without noise, on the repetition's shared ensemble."""
+    """One method at every ε and without noise, on the repetition's shared ensemble; its rows are named by
+    `label` (`sweep.method_labels`)."""
     ens, cfg = _ENSEMBLES[handle], context.config(config_path)
     rng = benchmark_rng(seed, repetition, cfg.name)
     backend = context.backend(cfg)
     rows = []
     for eps in [*epsilons, sweep.INF]:
         answers, passed = sweep.method_answers(cfg, ens, eps, backend, rng)
-        label = "∞" if eps == sweep.INF else f"{eps:g}"
+        eps_label = "∞" if eps == sweep.INF else f"{eps:g}"
         for suffix, texts in answers.items():
-            setting = f"{cfg.method.name}{suffix} ε={label}"
+            setting = f"{label}{suffix} ε={eps_label}"
             scores = sweep.score(cfg, texts, ens.references, metrics)
             if passed is not None:
                 scores["ptr_passed_%"] = 100.0 * passed
-            rows += [{"setting": setting, "method": f"{cfg.method.name}{suffix}", "epsilon": eps,
+            rows += [{"setting": setting, "method": f"{label}{suffix}", "epsilon": eps,
                       "repetition": repetition, "metric": m, "value": v} for m, v in scores.items()]
     return rows
 

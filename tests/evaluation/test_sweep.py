@@ -212,3 +212,32 @@ def test_classification_sweep_scores_accuracy_of_labels(tmp_path):
     noisy, _ = sweep.method_answers(cfg, ens, 1.0, FakeBackend(), rng)
     assert set(noisy[""]) <= set(labels)
     assert sweep.score(cfg, answers[""], ens.references, None).keys() == {"accuracy"}
+
+
+def test_configs_of_one_method_are_named_apart_and_must_have_names_of_their_own(sweep_env):
+    configs, _ = sweep_env
+    esa, ksa = load_config(configs[0]), load_config(configs[1])
+    k2 = ksa.model_copy(update={"name": "tiny-ksa-jem-k2", "method": ksa.method.model_copy(update={"k": 2})})
+    assert sweep.method_labels([esa, ksa, k2]) == ["esa", "ksa-jem (tiny-ksa-jem)", "ksa-jem (tiny-ksa-jem-k2)"]
+    same_name = k2.model_copy(update={"name": ksa.name})
+    with pytest.raises(sweep.SweepError, match="own `name:`"):
+        sweep.check_configs([esa, ksa, same_name])
+
+
+@pytest.mark.slow  # starts Prefect
+def test_a_sweep_of_one_method_in_two_configs_keeps_their_rows_apart(sweep_env):
+    """Two settings of one method (k = 10 and k = 2) used to share the row names "ksa-jem ε=…": the sweep ran to
+    its end, then failed to store its rows (a duplicate key in `evaluations`), and all its work was lost."""
+    from dpicl.flows.evaluate import evaluate
+
+    configs, tmp = sweep_env
+    raw = yaml.safe_load(open(configs[1]))
+    raw["name"], raw["method"]["k"] = "tiny-ksa-jem-k2", 2
+    k2 = tmp / "tiny-ksa-jem-k2.yaml"
+    k2.write_text(yaml.safe_dump(raw))
+    result = evaluate(configs=[configs[1], str(k2)], epsilons=[8.0], queries=N_QUERIES, seed=3,
+                      out_dir=str(tmp / "out"), db=str(tmp / "eval.duckdb"))
+    summary = {s["setting"]: s for s in result["summary"]}
+    methods = {f"ksa-jem ({name}) ε={e}" for name in ("tiny-ksa-jem", "tiny-ksa-jem-k2") for e in ("8", "∞")}
+    assert methods <= set(summary) and not any(s.startswith("ksa-jem ε=") for s in summary)
+    assert all(summary[s]["metrics"]["rougeL"]["n"] == 1 for s in methods), "one value per setting and repetition"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timezone
+from pathlib import Path
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
@@ -37,6 +38,11 @@ def evaluate(configs: list[str], epsilons: list[float] = (1.0, 3.0, 8.0), querie
     skipped = unavailable_metrics(base, metrics)  # also rejects unknown names before any model runs
     for name, reason in skipped.items():
         get_run_logger().warning("metric %s skipped: %s", name, reason)
+    db_path = str(db or default_db_path())
+    # where the results go must take them: a bad path fails now, not after the sweep's work, which it would lose
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    with database_writer(db_path), context.database(db_path):
+        pass
     sweep_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
     rows: list[dict] = []
     info: dict = {}
@@ -50,7 +56,6 @@ def evaluate(configs: list[str], epsilons: list[float] = (1.0, 3.0, 8.0), querie
             drop_ensemble(info["handle"])
     meta = {"dataset": base.private_dataset, "backlog": base.backlog, "queries": info["queries"],
             "delta": info["delta"], "repetitions": repetitions, "flow_run_id": flow_run.get_id()}
-    db_path = str(db or default_db_path())
     with database_writer(db_path):
         result = store_and_report(db_path, sweep_id, meta, rows, out_dir)
     create_markdown_artifact(

@@ -241,3 +241,20 @@ def test_a_sweep_of_one_method_in_two_configs_keeps_their_rows_apart(sweep_env):
     methods = {f"ksa-jem ({name}) ε={e}" for name in ("tiny-ksa-jem", "tiny-ksa-jem-k2") for e in ("8", "∞")}
     assert methods <= set(summary) and not any(s.startswith("ksa-jem ε=") for s in summary)
     assert all(summary[s]["metrics"]["rougeL"]["n"] == 1 for s in methods), "one value per setting and repetition"
+
+
+@pytest.mark.slow  # starts Prefect
+@pytest.mark.parametrize("where", ["db", "out_dir"])
+def test_results_that_could_not_be_stored_fail_the_sweep_before_its_work(sweep_env, monkeypatch, where):
+    """A database or report folder that cannot be written used to fail only after the whole sweep had run."""
+    from dpicl.flows.evaluate import evaluate
+
+    configs, tmp = sweep_env
+    not_a_folder = tmp / "a-file"
+    not_a_folder.write_text("")
+    swept = []
+    monkeypatch.setattr(sweep, "build_ensemble", lambda *args, **kwargs: swept.append(1))
+    paths = {"db": str(tmp / "eval.duckdb"), "out_dir": str(tmp / "out"), where: str(not_a_folder / "x")}
+    with pytest.raises(OSError):
+        evaluate(configs=configs[:1], epsilons=[1.0], queries=N_QUERIES, db=paths["db"], out_dir=paths["out_dir"])
+    assert not swept, "the sweep ran before finding that its results had nowhere to go"

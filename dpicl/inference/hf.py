@@ -41,10 +41,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StoppingCriteria, StoppingCriteriaList
 
 from dpicl.inference.base import GenerationParams, check_variants, has_stop, postprocess, token_id_tuple
-from dpicl.inference.kv_cache import with_cache
+from dpicl.inference.kv_cache import growing_cache, with_cache
 from dpicl.inference.models import resolve_llm
 from dpicl.inference.openai_compat import row_seeds
-from dpicl.inference.own_rows import OWN_ROWS, decode_group, row_groups
+from dpicl.inference.own_rows import OWN_ROWS, decode_group, row_groups, rows_may_mix
 from dpicl.progress import silence_library_bars, track
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -465,14 +465,16 @@ class HFBackend:
         # where the prompts before it, whose lengths are private, left a shared one.
         seeds = row_seeds(params.seed, len(ids)) if seeded and self.batch_invariant and not params.greedy else None
         cuda = [self.device] if self.device.type == "cuda" else []
+        # no row of a public or opted-out batch needs to be kept apart from the others
+        mixing = params.public_prompts or not self.batch_invariant
 
         def one(batch: list[int]) -> list[tuple[str, bool]]:
             if seeds is not None:
                 torch.manual_seed(seeds[batch[0]])
             rows = [ids[i] for i in batch]
             # inference mode is per thread: a worker thread would otherwise record autograd history through
-            # every decoding step of a group (gigabytes for the demo's non-private baseline)
-            with torch.inference_mode():
+            # every decoding step of a group (gigabytes for the demo's non-private baseline); so is rows_may_mix
+            with torch.inference_mode(), rows_may_mix(mixing):
                 return self._decode_group(rows, params) if grouped else self._generate_batch(rows, params)
 
         # Only greedy calls go in parallel: sampling draws from torch's one global generator.
@@ -506,6 +508,8 @@ class HFBackend:
             kwargs["stopping_criteria"] = StoppingCriteriaList([stopper])
         if params.public_prompts and prompt_len > 1 and len({tuple(row) for row in ids}) < len(ids):
             kwargs.update(with_cache(self.model, self._shared_prefill(ids, enc)))
+        else:
+            kwargs.update(with_cache(self.model, growing_cache(self.model.config)))
         new = self.model.generate(**enc, **kwargs)[:, prompt_len:]
         ended = set(self.eos_token_ids) | {self.tokenizer.pad_token_id}
         at_limit = new.shape[1] >= params.max_new_tokens
@@ -520,7 +524,7 @@ class HFBackend:
         where = torch.tensor([distinct.index(tuple(row)) for row in ids], device=self.device)
         mask = enc["attention_mask"][first, :-1]
         positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
-        cache = DynamicCache(config=self.model.config)
+        cache = growing_cache(self.model.config)
         self.model(input_ids=enc["input_ids"][first, :-1], attention_mask=mask, position_ids=positions,
                    **with_cache(self.model, cache), use_cache=True)
         cache.batch_select_indices(where)  # row i: a copy of its prompt's cache

@@ -1,10 +1,15 @@
-"""The keyword a transformers model takes its KV cache by: `cache` from transformers 5.24 on (where
-`past_key_values` is deprecated, to be removed in 5.40), `past_key_values` before (the GPU machines' 5.17)."""
+"""KV caches for transformers models: the keyword a model takes its cache by, and a cache that grows in place.
+
+`cache` is the keyword from transformers 5.24 on (where `past_key_values` is deprecated, to be removed in 5.40),
+`past_key_values` before (the GPU machines' 5.17)."""
 
 from __future__ import annotations
 
 import functools
 import inspect
+
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 
 @functools.cache
@@ -15,3 +20,39 @@ def _keyword(model_class: type) -> str:
 def with_cache(model, cache) -> dict:
     """`{keyword: cache}` for `model(...)` and `model.generate(...)`."""
     return {_keyword(type(model)): cache}
+
+
+class GrowingLayer(DynamicLayer):
+    """A `DynamicLayer` that appends a decoding step's keys and values in place, into room kept free for
+    `SPARE` more positions, instead of copying the whole cache (`torch.cat`) at every step: on a CPU that copy was
+    about a third of a decoding step of 40 rows. It returns views of the same values, so what attention computes is
+    unchanged."""
+
+    SPARE = 64
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        length, new = self.get_seq_length(), key_states.shape[-2]
+        room = getattr(self, "_room", None)
+        # new room where there is none, too little, or the views were replaced (cropped, rows selected, reset)
+        if room is None or room[0].shape[-2] < length + new or self.keys is not self._views[0] or \
+                room[0].shape[:-2] != key_states.shape[:-2]:
+            room = tuple(states.new_empty((*states.shape[:-2], length + new + self.SPARE, states.shape[-1]))
+                         for states in (key_states, value_states))
+            if length:
+                room[0][..., :length, :] = self.keys
+                room[1][..., :length, :] = self.values
+            self._room = room
+        room[0][..., length:length + new, :] = key_states
+        room[1][..., length:length + new, :] = value_states
+        self.keys, self.values = room[0][..., :length + new, :], room[1][..., :length + new, :]
+        self._views = (self.keys, self.values)
+        return self.keys, self.values
+
+
+def growing_cache(config) -> DynamicCache:
+    """A `DynamicCache` for `config` whose full-attention layers are `GrowingLayer`s."""
+    cache = DynamicCache(config=config)
+    cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache

@@ -12,7 +12,11 @@ still not depend on each other, to the bit:
 * attention is the one place where the padding would enter (the group's KV cache is left-padded to its longest
   prompt, a private length), so it runs row by row over that row's own positions only (`own_rows_attention`);
 * a row that has finished keeps being fed (its later tokens are dropped), so the shape stays (B, width) until the
-  whole group is done.
+  whole group is done; its attention is no longer computed (zeros in its place: no other row reads it).
+
+The KV cache of the decoding steps grows in place (`kv_cache.GrowingLayer`): the same values as a copy per step.
+Calls whose rows may depend on each other (public prompts, or batch invariance turned off: `rows_may_mix`) attend
+in one padded product per layer instead.
 
 So a prompt's tokens are a function of its own prompt, its place in its group and the group's size.
 `tests/inference/test_own_rows.py` checks this bit for bit, and that padded attention would break it.
@@ -20,7 +24,9 @@ So a prompt's tokens are a function of its own prompt, its place in its group an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 import torch.nn.functional as F
@@ -28,28 +34,50 @@ from transformers import AttentionInterface, DynamicCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from dpicl.inference.kv_cache import with_cache
+from dpicl.inference.kv_cache import growing_cache, with_cache
 
 # The attention implementation a model is loaded with when it decodes groups (`HFBackend(decode_rows > 1)`).
 OWN_ROWS = "dpicl_own_rows"
 
+# Set while a call's rows may depend on each other (public prompts, or batch invariance turned off): their decoding
+# steps then attend as transformers' SDPA does, in one padded product per layer, instead of row by row.
+_ROWS_MAY_MIX: ContextVar[bool] = ContextVar("dpicl_rows_may_mix", default=False)
+
+
+# Set by `decode_group` for each decoding step: the rows already done, whose attention is not computed.
+_FINISHED_ROWS: ContextVar[tuple[bool, ...]] = ContextVar("dpicl_finished_rows", default=())
+
+
+@contextmanager
+def rows_may_mix(allowed: bool = True) -> Iterator[None]:
+    """Within it (in this thread), `own_rows_attention` may let a batch's rows share their padded products."""
+    token = _ROWS_MAY_MIX.set(allowed)
+    try:
+        yield
+    finally:
+        _ROWS_MAY_MIX.reset(token)
+
 
 def own_rows_attention(module, query, key, value, attention_mask, **kwargs):
-    """PyTorch's SDPA, except in a decoding step (one new token per row) of several rows: then each row attends
-    over its own positions only, as if it were alone (the padding positions are never read)."""
+    """PyTorch's SDPA, except in a decoding step (one new token per row) of several rows that must not mix: then
+    each row attends over its own positions only, as if it were alone (the padding positions are never read)."""
     batch, heads, q_length, dim = query.shape
-    if q_length != 1 or batch == 1:
+    if q_length != 1 or batch == 1 or _ROWS_MAY_MIX.get():  # one padded product for rows that may mix
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     if kwargs.get("softcap") or kwargs.get("s_aux") is not None:
         raise ValueError("decode_rows > 1 does not support attention logit soft-capping or attention sinks (this "
                          "model uses one): set model.decode_rows: 1")
-    starts = own_starts(attention_mask, batch, key.shape[2])
     kv_heads = key.shape[1]
     scaling = kwargs.get("scaling") or dim ** -0.5
     # grouped-query attention: query head h reads KV head h // (heads / kv_heads), as transformers' repeat_kv
     queries = query[:, :, 0].reshape(batch, kv_heads, heads // kv_heads, dim)
+    starts = own_starts(attention_mask, batch, key.shape[2])
+    finished = _FINISHED_ROWS.get()
     outputs = []
     for row, start in enumerate(starts):
+        if finished and finished[row]:  # its later tokens are dropped; the others' attention does not read it
+            outputs.append(queries.new_zeros(queries.shape[1:], dtype=torch.float32))
+            continue
         # in float32: PyTorch's CPU attention products for one query row are 3x slower in bfloat16 (the demo);
         # three plain operations, not SDPA: a row's call costs 57 % of SDPA's (benchmarked with 40 rows)
         keys, values = key[row, :, start:].float(), value[row, :, start:].float()
@@ -93,7 +121,7 @@ def stacked_cache(config, caches: Sequence[DynamicCache]) -> tuple[DynamicCache,
     (rows, longest), 1 on each row's own positions."""
     lengths = [cache.get_seq_length() for cache in caches]
     longest = max(lengths)
-    stacked = DynamicCache(config=config)
+    stacked = growing_cache(config)
     for layer in range(len(caches[0].layers)):
         parts = [(c.layers[layer].keys, c.layers[layer].values) for c in caches]
         keys = torch.cat([F.pad(k, (0, 0, longest - n, 0)) for (k, _), n in zip(parts, lengths)])
@@ -127,8 +155,12 @@ def decode_group(model, ids: Sequence[Sequence[int]], max_new_tokens: int,
         if all(finished):
             break
         mask = torch.cat([mask, mask.new_ones((len(ids), 1))], dim=-1)
-        out = model(input_ids=last, attention_mask=mask, position_ids=position, **with_cache(model, cache),
-                    use_cache=True, logits_to_keep=1)
+        step = _FINISHED_ROWS.set(tuple(finished))
+        try:
+            out = model(input_ids=last, attention_mask=mask, position_ids=position, **with_cache(model, cache),
+                        use_cache=True, logits_to_keep=1)
+        finally:
+            _FINISHED_ROWS.reset(step)
         last = out.logits[:, -1].argmax(-1, keepdim=True)
         position = position + 1
         for row, token in enumerate(last[:, 0].tolist()):

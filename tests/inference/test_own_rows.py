@@ -7,6 +7,7 @@ answers are the one-at-a-time answers on these prompts (rounding aside, the same
 """
 
 from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 import torch
@@ -15,7 +16,15 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from dpicl.config import ModelConfig
 from dpicl.inference import GenerationParams, backend_options, load_backend
-from dpicl.inference.own_rows import OWN_ROWS, own_rows_attention, own_starts, row_groups
+from dpicl.inference import own_rows
+from dpicl.inference.own_rows import (
+    OWN_ROWS,
+    decode_group,
+    own_rows_attention,
+    own_starts,
+    row_groups,
+    rows_may_mix,
+)
 from tests.inference.device import DEVICE
 from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
 
@@ -96,6 +105,75 @@ def test_padded_attention_would_let_the_rows_mix(grouped_any, monkeypatch):
         mine, theirs = common(teacher_states(grouped_any, other)[1], reference)
         differs.append(mine != theirs)
     assert any(differs)
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_a_finished_rows_skipped_attention_leaves_the_other_rows_bits_alone(grouped_any):
+    """A finished row's attention is not computed (zeros): the teachers' states are those of a group whose middle row
+    never finishes, float for float, though that row's own states change."""
+    def states_when(done) -> list[bytes]:
+        with decoding_states(grouped_any, 3) as states, torch.inference_mode():
+            decode_group(grouped_any.model, grouped_any._encode([MEDIUM, LONG, LIST]), 24, done)
+        return [s.float().cpu().numpy() for s in states]
+
+    rows: list[list[int]] = []  # each row's token list, in the order decode_group first asks about them
+
+    def middle_row_done_after_three(tokens: list[int]) -> bool:
+        if not any(tokens is row for row in rows):
+            rows.append(tokens)
+        return len(rows) > 1 and tokens is rows[1] and len(tokens) >= 3
+
+    never = states_when(lambda tokens: False)
+    early = states_when(middle_row_done_after_three)
+    assert len(never) == len(early) >= 10
+    assert all((a[[0, 2]] == b[[0, 2]]).all() for a, b in zip(never, early))
+    assert any((a[1] != b[1]).any() for a, b in zip(never, early))  # the finished row's attention was skipped
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_rows_allowed_to_mix_share_one_padded_product_and_do_mix(grouped_any):
+    """What `rows_may_mix` turns on (for public calls only, below): the padding enters the teachers' bits."""
+    def teacher_bytes(other: str) -> list[bytes]:
+        with decoding_states(grouped_any, 3) as states, torch.inference_mode(), rows_may_mix():
+            decode_group(grouped_any.model, grouped_any._encode([MEDIUM, other, LIST]), 24, lambda tokens: False)
+        return [s[[0, 2]].float().cpu().numpy().tobytes() for s in states]
+
+    reference = teacher_bytes(OTHERS[0])
+    assert any(teacher_bytes(other) != reference for other in OTHERS[1:])
+
+
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_only_public_calls_let_their_rows_mix(grouped, monkeypatch, parallel):
+    """A private call's decoding steps attend row by row, on worker threads too; a call of public prompts (no
+    private record in any row) attends in one padded product, and the caller's context is left as it was."""
+    seen = []
+
+    def spy(module, query, key, value, attention_mask, **kwargs):
+        if query.shape[2] == 1 and query.shape[0] > 1:  # a decoding step of several rows
+            seen.append(own_rows._ROWS_MAY_MIX.get())
+        return own_rows_attention(module, query, key, value, attention_mask, **kwargs)
+
+    monkeypatch.setitem(AttentionInterface._global_mapping, OWN_ROWS, spy)
+    monkeypatch.setattr(grouped, "parallel_prompts", parallel)
+    prompts = [SHORT, MEDIUM, LIST] * 2
+    grouped.generate(prompts, GenerationParams(max_new_tokens=4))
+    private, seen[:] = list(seen), []
+    grouped.generate(prompts, GenerationParams(max_new_tokens=4, public_prompts=True))
+    assert private and not any(private)
+    assert seen and all(seen)
+    assert not own_rows._ROWS_MAY_MIX.get()
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_public_answers_with_the_padded_product_are_the_one_at_a_time_answers(grouped, hf_reference):
+    prompts = [SHORT, MEDIUM, LIST, LONG]  # one padded batch: the padding must be masked out
+    params = GenerationParams(max_new_tokens=16, stop=("\n",))
+    assert grouped.generate(prompts, replace(params, public_prompts=True)) == hf_reference.generate(prompts, params)
 
 
 @pytest.mark.slow

@@ -61,14 +61,17 @@ class Encoder:
     def dim(self) -> int:
         return self._dim
 
-    def encode(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+    def encode(self, texts: Sequence[str], progress: bool = False, batched: bool = False) -> np.ndarray:
+        """Unit vectors of `texts`. `batched`: the texts may share batches even when the encoder is batch invariant
+        (their vectors then depend on each other in their last bits): public texts only, or vectors never released
+        (a non-private baseline's)."""
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of strings, not a string")
         if len(texts) == 0:
             return np.zeros((0, self._dim), dtype=np.float32)
         # One text per forward pass: its own shape, no padding (sentence-transformers pads a batch to its
         # longest text), so its vector is a function of that text alone.
-        batch = 1 if self.batch_invariant else self.batch_size
+        batch = 1 if self.batch_invariant and not batched else self.batch_size
         texts = list(texts)
         # our one progress display (dpicl.progress), over chunks of whole batches
         chunk = batch * 32 if progress and shown() else len(texts)

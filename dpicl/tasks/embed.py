@@ -34,10 +34,13 @@ def embed(db_path: str, run_id: str, outputs: dict[str, dict[str, str]]) -> dict
         jobs += [(q, name, source, False) for q in outputs if not has_artifact(con, keys[q][name])]
     embedded, done = 0, []
     # Private teacher outputs and public texts in separate encoder calls (privacy invariant 10): a public
-    # embedding, which is released, never shares a batch with private texts. No connection is open meanwhile.
-    for part in ([j for j in jobs if j[3]], [j for j in jobs if not j[3]]):
+    # embedding, which is released, never shares a batch with private texts; the public texts are batched with
+    # each other. No connection is open meanwhile.
+    encoder = context.encoder(cfg)
+    for private in (True, False):
+        part = [j for j in jobs if j[3] == private]
         flat = [t for q, _, src, _ in part for t in texts[outputs[q][src]]]
-        vectors = context.encoder(cfg).encode(flat, progress=True) if flat else np.zeros((0, 0), np.float32)
+        vectors = encoder.encode(flat, progress=True, batched=not private) if flat else np.zeros((0, 0), np.float32)
         embedded += len(flat)
         done.append((part, vectors))
     with context.database(db_path) as con:

@@ -34,7 +34,7 @@ def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict
     ranked = {}
     if run.method.needs_public and cfg.method.public_demonstrations == "nearest":
         encoder = context.encoder(cfg)
-        rows = most_similar(encoder.encode([queries[q].input for q in samples]),
+        rows = most_similar(encoder.encode([queries[q].input for q in samples], batched=True),
                             _encoded(encoder, tuple(r.input for r in public_records)),
                             cfg.method.teachers * cfg.method.public_shot_count)
         ranked = {q: row.tolist() for q, row in zip(samples, rows)}
@@ -68,7 +68,7 @@ def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict
 @functools.lru_cache(maxsize=2)
 def _encoded(encoder, texts: tuple[str, ...]) -> np.ndarray:
     """The public inputs' embeddings, once per process (every batch of a run ranks against the same public set)."""
-    return encoder.encode(texts)
+    return encoder.encode(texts, batched=True)
 
 
 def _load_public(con, cfg: Config) -> list:

@@ -79,6 +79,16 @@ def test_batched_encoding_depends_on_the_batch(encoder):
     np.testing.assert_allclose(short, long, atol=1e-5, rtol=0)  # only the last bits
 
 
+def test_texts_that_may_share_batches_are_batched(encoder):
+    """`batched=True` (public texts): one call is batched although the encoder is batch invariant, so the longer
+    other text shows in the vectors' last bits, as above; the encoder stays invariant for the next call."""
+    short, long = (encoder.encode([*PRIVATE, other], batched=True)[:2] for other in OTHERS)
+    assert short.tobytes() != long.tobytes()
+    np.testing.assert_allclose(short, long, atol=1e-5, rtol=0)
+    assert encoder.batch_invariant
+    assert encoder.encode([*PRIVATE, OTHERS[1]])[:2].tobytes() == encoder.encode([*PRIVATE, OTHERS[0]])[:2].tobytes()
+
+
 def test_the_progress_bar_path_encodes_the_same_vectors(encoder, monkeypatch):
     """On a terminal the texts are encoded in chunks under our progress bar: each vector is still a function of its
     own text (batch-invariant), so the result is the one of a single call."""

@@ -61,7 +61,7 @@ class FakeBackend:
 class FakeEncoder:
     dim = 16
 
-    def encode(self, texts, progress=False):
+    def encode(self, texts, progress=False, batched=False):
         vectors = np.zeros((len(texts), self.dim), np.float32)
         for i, t in enumerate(texts):
             seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "big")

@@ -153,3 +153,31 @@ def test_sga_with_nearest_public_demonstrations_shows_each_query_its_most_simila
             assert len(get_artifact(con, keys["public_outputs"])) == 4
     finally:
         con.close()
+
+
+def test_only_public_texts_share_the_encoders_batches(public_env, fake_models, monkeypatch):
+    """The encoder batches a call only when it holds public texts (the queries, the public records, the public
+    ensemble's outputs): a private teacher output is embedded alone (batch invariance, docs/PRIVACY.md)."""
+    from dpicl.storage.artifacts import _decode
+
+    config, db, _ = public_env
+    _with_method(config, {"name": "sga", "levels": 2, "select": "top1", "public_demonstrations": "nearest"})
+    _, encoder = fake_models
+    calls: list[tuple[list[str], bool]] = []
+    encode = encoder.encode
+    monkeypatch.setattr(encoder, "encode", lambda texts, progress=False, batched=False: (
+        calls.append((list(texts), batched)), encode(texts, progress, batched))[1])
+    _run(config, db)
+    con = connect(db, read_only=True)
+    try:
+        private = {text for fmt, payload in con.execute(
+            "SELECT format, payload FROM artifacts WHERE stage = 'teacher_outputs'").fetchall()
+            for text in _decode(fmt, payload)}
+        private |= {text for (text,) in con.execute("SELECT input FROM records r JOIN datasets d "
+                                                    "ON r.dataset = d.name WHERE d.kind = 'private'").fetchall()}
+    finally:
+        con.close()
+    batched = [text for texts, batch in calls if batch for text in texts]
+    alone = [text for texts, batch in calls if not batch for text in texts]
+    assert batched and not private.intersection(batched)
+    assert private.intersection(alone), "the teacher outputs were embedded, one call apart"

@@ -211,7 +211,7 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
             f["teachers"] = vectors
         for public_texts in embedded:
             texts = [f[public_texts.source] for f in ens.features]
-            flat = embedder.encode([t for group in texts for t in group], progress=True)
+            flat = embedder.encode([t for group in texts for t in group], progress=True, batched=True)  # public
             start = 0
             for f, group in zip(ens.features, texts):
                 f[public_texts.texts] = group

@@ -117,7 +117,7 @@ class BagOfWords:
 
     dim = 512
 
-    def encode(self, texts, progress=False):
+    def encode(self, texts, progress=False, batched=False):
         out = np.zeros((len(texts), self.dim), np.float32)
         for i, t in enumerate(texts):
             for w in t.split():
@@ -245,7 +245,7 @@ class TokenBag(BagOfWords):
     def __init__(self, llm) -> None:
         self.llm = llm
 
-    def encode(self, texts, progress=False):
+    def encode(self, texts, progress=False, batched=False):
         return super().encode([" ".join(f"tok{i}" for i in self.llm.encode_text(t)) for t in texts])
 
 

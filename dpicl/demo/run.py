@@ -47,10 +47,12 @@ def baseline_prompts(cfg, private, public, queries: list[str]) -> dict[str, list
     from dpicl.tasks import context
 
     encoder = context.encoder(cfg)
-    query_vectors = encoder.encode(queries)  # once for both sets of nearest tickets
+    # batched: public texts, and the private tickets of the non-private baseline, whose answers are never released
+    query_vectors = encoder.encode(queries, batched=True)  # once for both sets of nearest tickets
 
     def nearest_shots(records) -> list[str]:
-        nearest = most_similar(query_vectors, encoder.encode([r.input for r in records]), NONPRIVATE_SHOTS)
+        nearest = most_similar(query_vectors, encoder.encode([r.input for r in records], batched=True),
+                               NONPRIVATE_SHOTS)
         return [render_prompt(cfg.task, [(records[i].input, records[i].output) for i in reversed(row)], q)
                 for q, row in zip(queries, nearest)]
 
@@ -71,15 +73,20 @@ def shorten(text: str, width: int = 90) -> str:
 
 def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
     from dpicl.config import load_config
+    from dpicl.tasks import context
+
+    cfg = load_config("demo")
+    # load the models meanwhile: while Prefect is imported, the data ingested and Prefect's temporary server started
+    # (a process of its own); the flow's tasks find them loaded, or wait for the load under way (context's lock)
+    threading.Thread(target=lambda: (context.encoder(cfg), context.backend(cfg)), daemon=True).start()
+
     from dpicl.flows.answer_backlog import answer_backlog
     from dpicl.inference.teachers import greedy_params
     from dpicl.storage import load_records
     from dpicl.storage.db import connect
     from dpicl.storage.ingest import ingest_source
     from dpicl.storage.ledger import open_budget, stored_releases
-    from dpicl.tasks import context
 
-    cfg = load_config("demo")
     for stale in (db, db.with_name(db.name + ".wal")):
         stale.unlink(missing_ok=True)
     con = connect(db)
@@ -93,9 +100,6 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
                   f"answering {cfg.backlog!r} with {cfg.method.name} ({cfg.method.teachers} teachers × "
                   f"{cfg.method.shots} shots)")
 
-    # load the models while Prefect starts its temporary server (a process of its own): the flow's tasks find them
-    # loaded, or wait for the load under way (context's lock), instead of loading them after the server is up
-    threading.Thread(target=lambda: (context.encoder(cfg), context.backend(cfg)), daemon=True).start()
     result = answer_backlog(config="demo", db=str(db))
 
     con = connect(db)

@@ -24,8 +24,8 @@ def with_cache(model, cache) -> dict:
 
 class GrowingLayer(DynamicLayer):
     """A `DynamicLayer` that appends a decoding step's keys and values in place, into room kept free for
-    `SPARE` more positions, instead of copying the whole cache (`torch.cat`) at every step: on a CPU that copy was
-    about a third of a decoding step of 40 rows. It returns views of the same values, so what attention computes is
+    `SPARE` more positions, instead of copying the whole cache (`torch.cat`) at every step (a decoding step of 40
+    rows on the CPU: 204 ms instead of 217). It returns views of the same values: what attention computes is
     unchanged."""
 
     SPARE = 64

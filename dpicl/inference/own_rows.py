@@ -43,7 +43,6 @@ OWN_ROWS = "dpicl_own_rows"
 # steps then attend as transformers' SDPA does, in one padded product per layer, instead of row by row.
 _ROWS_MAY_MIX: ContextVar[bool] = ContextVar("dpicl_rows_may_mix", default=False)
 
-
 # Set by `decode_group` for each decoding step: the rows already done, whose attention is not computed.
 _FINISHED_ROWS: ContextVar[tuple[bool, ...]] = ContextVar("dpicl_finished_rows", default=())
 

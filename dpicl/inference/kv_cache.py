@@ -34,6 +34,9 @@ class GrowingLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         length, new = self.get_seq_length(), key_states.shape[-2]
+        if length and self.keys.shape[:-2] != key_states.shape[:-2]:  # torch.cat would refuse it too
+            raise ValueError(f"the cache holds rows of shape {tuple(self.keys.shape[:-2])}, the new states "
+                             f"{tuple(key_states.shape[:-2])}")
         room = getattr(self, "_room", None)
         # new room where there is none, too little, or the views were replaced (cropped, rows selected, reset)
         if room is None or room[0].shape[-2] < length + new or self.keys is not self._views[0] or \

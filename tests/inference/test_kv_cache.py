@@ -1,5 +1,6 @@
 """`GrowingLayer`: the KV cache of the grouped decoding steps and of padded generation, appended in place."""
 
+import pytest
 import torch
 from transformers.cache_utils import DynamicLayer
 
@@ -42,6 +43,13 @@ def test_a_decoding_step_writes_into_room_kept_free_instead_of_copying_the_cache
         assert keys.data_ptr() == room  # a view of the same memory: nothing was copied
     layer.update(*states(2, 1, 0))  # the room is full: one copy into a larger one
     assert layer._room[0].data_ptr() != room and layer.get_seq_length() == 50 + GrowingLayer.SPARE + 1
+
+
+def test_states_of_other_rows_are_refused_not_broadcast():
+    layer = GrowingLayer()
+    layer.update(*states(1, 5, 0))
+    with pytest.raises(ValueError, match="rows of shape"):
+        layer.update(*states(3, 1, 1))
 
 
 def test_a_growing_cache_has_a_growing_layer_for_each_layer(hf_reference):

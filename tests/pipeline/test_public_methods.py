@@ -173,8 +173,9 @@ def test_only_public_texts_share_the_encoders_batches(public_env, fake_models, m
         private = {text for fmt, payload in con.execute(
             "SELECT format, payload FROM artifacts WHERE stage = 'teacher_outputs'").fetchall()
             for text in _decode(fmt, payload)}
-        private |= {text for (text,) in con.execute("SELECT input FROM records r JOIN datasets d "
-                                                    "ON r.dataset = d.name WHERE d.kind = 'private'").fetchall()}
+        private |= {text for row in con.execute("SELECT input, output FROM records r JOIN datasets d "
+                                                "ON r.dataset = d.name WHERE d.kind = 'private'").fetchall()
+                    for text in row}
     finally:
         con.close()
     batched = [text for texts, batch in calls if batch for text in texts]

@@ -120,6 +120,8 @@ class SGA(EnsembleMethod):
         return {"centres": [c.centre for c in clusters], "counts": [c.noisy_count for c in clusters]}
 
     def evaluation_variants(self, cfg):
+        if cfg.method.select == "top1":  # its own release is the top-1 row: scored once
+            return {" top-1": cfg}
         top1 = cfg.model_copy(update={"method": cfg.method.model_copy(update={"select": "top1"})})
         return {" top-1": top1, "": cfg}
 

@@ -258,3 +258,13 @@ def test_results_that_could_not_be_stored_fail_the_sweep_before_its_work(sweep_e
     with pytest.raises(OSError):
         evaluate(configs=configs[:1], epsilons=[1.0], queries=N_QUERIES, db=paths["db"], out_dir=paths["out_dir"])
     assert not swept, "the sweep ran before finding that its results had nowhere to go"
+
+
+def test_sga_scores_its_top1_release_once_when_the_config_already_selects_top1():
+    """The demo's SGA selects top-1: its own row and the top-1 variant were one computation, scored twice."""
+    cfg = load_config("demo")
+    assert cfg.method.select == "top1"
+    assert sweep._method(cfg).evaluation_variants(cfg) == {" top-1": cfg}
+    llm = cfg.model_copy(update={"method": cfg.method.model_copy(update={"select": "llm"})})
+    variants = sweep._method(llm).evaluation_variants(llm)
+    assert variants[""] is llm and variants[" top-1"].method.select == "top1"

@@ -24,6 +24,8 @@ zero-shot (no gap to recover).
 `--record FILE` / `--replay FILE`: the generation on another machine (a GPU), the rest here (benchmarks/offload.py).
 `--out` keeps the rows in a JSON file: the (dataset, method) pairs measured replace their own rows there, the others
 stay (groups may run in separate processes, one per core); the table and plots then show every dataset of the file.
+`--runs FILE...` pools separate runs of one setting (each its own process and --seed, e.g. one repetition per core)
+into rows over all their repetitions.
 """
 
 from __future__ import annotations
@@ -302,6 +304,59 @@ def token_level_rows(paths: list[Path]) -> list[dict]:
     return sorted(rows, key=lambda r: (r["method"], r["epsilon"]))
 
 
+def runs_in(path: Path) -> list[dict]:
+    """The runs a file holds: a `{"runs": [...]}` file, one `--json` object, or a log ending with that line."""
+    text = Path(path).read_text()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:  # a run's log: its last line is the --json object
+        data = json.loads(text.strip().splitlines()[-1])
+    return data["runs"] if "runs" in data else [data]
+
+
+def pooled_rows(paths: list[Path]) -> list[dict]:
+    """Rows of separate runs of one setting (e.g. one repetition per process and core, each with its own --seed)
+    pooled as if one run had made all their repetitions: the mean and the (population) std over every release,
+    from each run's mean, std and count; the baselines averaged over the repetitions."""
+    runs = [run for path in paths for run in runs_in(path)]
+    groups: dict[tuple, list[tuple[dict, dict]]] = defaultdict(list)
+    for run in runs:
+        for row in run["rows"]:
+            groups[row["dataset"], row["method"], row["epsilon"], row["metric"]].append((run, row))
+    pooled = []
+    for (dataset, method, epsilon, metric), parts in groups.items():
+        seeds = [run["seed"] for run, _ in parts]
+        if len(set(seeds)) < len(seeds):
+            raise SystemExit(f"{dataset} {method} ε={epsilon}: two runs with seed {max(seeds, key=seeds.count)} "
+                             "repeat the same draws; pool runs with different --seed")
+        if len({row["queries"] for _, row in parts}) > 1:
+            raise SystemExit(f"{dataset} {method} ε={epsilon}: the runs answered different numbers of queries; "
+                             "pool runs of one --queries")
+        counts = np.array([row.get("releases_averaged", row["repetitions"]) for _, row in parts], dtype=float)
+        means = np.array([row["score"] for _, row in parts])
+        spreads = np.array([row["std"] or 0.0 for _, row in parts])
+        score = float(counts @ means / counts.sum())
+        variance = float(counts @ (spreads**2 + means**2) / counts.sum() - score**2)
+        reps = np.array([row["repetitions"] for _, row in parts], dtype=float)
+        base = {key: None if any(row[key] is None for _, row in parts)
+                else float(reps @ [row[key] for _, row in parts] / reps.sum())
+                for key in ("zero_shot", "non_private", "public_few_shot")}
+        gap = None if base["non_private"] is None or base["non_private"] <= base["zero_shot"] \
+            else base["non_private"] - base["zero_shot"]
+        row = {"dataset": dataset, "method": method, "epsilon": epsilon, "metric": metric, "score": score,
+               "std": math.sqrt(max(variance, 0.0)) if counts.sum() > 1 else None, **base,
+               "gap_recovered": (score - base["zero_shot"]) / gap if gap else None,
+               "queries": parts[0][1]["queries"], "repetitions": int(reps.sum()),
+               "releases_averaged": int(counts.sum()), "seeds": sorted(seeds)}
+        if all("pass_rate" in r for _, r in parts):
+            row["pass_rate"] = float(reps @ [r["pass_rate"] for _, r in parts] / reps.sum())
+        if all("seconds_per_repetition" in r for _, r in parts):
+            row["seconds_per_repetition"] = round(float(reps @ [r["seconds_per_repetition"] for _, r in parts]
+                                                        / reps.sum()))
+        pooled.append(row)
+    return pooled
+
+
 def merge(path: Path, rows: list[dict]) -> list[dict]:
     """Write `rows` into the JSON file at `path`, in place of the rows of their (dataset, method) pairs (the rest
     kept: a dataset's methods may be measured by separate runs); returns all its rows."""
@@ -337,6 +392,10 @@ def main() -> None:
     parser.add_argument("--token-level", type=Path, nargs="+", metavar="JSON",
                         help="add the E2E rows of benchmarks/token_level.py's --json files, one per repetition "
                              "(measures no group)")
+    parser.add_argument("--runs", type=Path, nargs="+", metavar="FILE",
+                        help="pool the rows of separate runs (their --json lines, logs ending with one, or a "
+                             "{\"runs\": [...]} file), each with its own --seed, into rows over all their "
+                             "repetitions (measures nothing)")
     parser.add_argument("--record", type=Path, metavar="FILE",
                         help="generate nothing: write every generate call whose prompts do not depend on an answer "
                              "to FILE, for benchmarks/offload.py on another machine (the printed scores are "
@@ -347,12 +406,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.record and (args.replay or args.out):
         parser.error("--record writes calls, not scores: not with --replay or --out")
-    if (args.record or args.replay) and (args.synthesis or args.token_level):
+    if (args.record or args.replay) and (args.synthesis or args.token_level or args.runs):
         parser.error("--record/--replay take ensemble groups (--groups, --configs): --synthesis decodes token by "
-                     "token and --token-level measures nothing")
+                     "token, --token-level and --runs measure nothing")
     args.recorder, args.replayed = None, []
     if args.token_level:
         rows = token_level_rows(args.token_level)
+    elif args.runs:
+        rows = pooled_rows(args.runs)
     elif args.synthesis:
         rows = measure_synthesis(args.synthesis, args)
     elif args.configs:

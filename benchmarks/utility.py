@@ -347,7 +347,8 @@ def pooled_rows(paths: list[Path]) -> list[dict]:
                "std": math.sqrt(max(variance, 0.0)) if counts.sum() > 1 else None, **base,
                "gap_recovered": (score - base["zero_shot"]) / gap if gap else None,
                "queries": parts[0][1]["queries"], "repetitions": int(reps.sum()),
-               "releases_averaged": int(counts.sum()), "seeds": sorted(seeds)}
+               "releases_averaged": int(counts.sum()), "seeds": sorted(seeds),
+               "source": "utility.py --runs " + " ".join(Path(p).name for p in paths)}
         if all("pass_rate" in r for _, r in parts):
             row["pass_rate"] = float(reps @ [r["pass_rate"] for _, r in parts] / reps.sum())
         if all("seconds_per_repetition" in r for _, r in parts):
@@ -436,9 +437,10 @@ def main() -> None:
         args.plots.mkdir(parents=True, exist_ok=True)
         for path in plot(table, args.plots):
             print(f"plot: {path}")
-    if args.json:
-        print(json.dumps({"queries": args.queries, "repetitions": args.repetitions, "seed": args.seed,
-                          "rows": rows}))
+    if args.json:  # pooled and token-level rows carry their own queries and repetitions
+        measured = {} if args.runs or args.token_level else {"queries": args.queries,
+                                                              "repetitions": args.repetitions, "seed": args.seed}
+        print(json.dumps({**measured, "rows": rows}))
 
 
 if __name__ == "__main__":

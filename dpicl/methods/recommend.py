@@ -39,8 +39,8 @@ RECOMMENDATIONS = (
         "free-form text, no public data",
         "esa", {"teachers": 24, "shots": 4, "candidates": 32},
         "SAMSum, ε = 3, 24 four-shot teachers and 32 candidates (`samsum-esa-4shot`): ROUGE-L 22.1 ± 0.1 against "
-        "17.7 zero-shot and 23.3 non-private 4-shot, 100 dialogues, 3 repetitions; 6 one-shot teachers: 18.5; KSA "
-        "stayed at zero-shot with this model",
+        "17.7 zero-shot and 23.3 non-private 4-shot, 100 dialogues, 3 repetitions; 6 one-shot teachers: 18.4 ± "
+        "0.5; KSA stayed at zero-shot with this model",
         "Utility against the free baselines (`benchmarks/utility.py`)"),
     Recommendation(
         "classification",

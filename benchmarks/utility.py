@@ -171,18 +171,23 @@ def measure_group(name: str, args, config_names: list[str] | None = None) -> lis
     return rows
 
 
+def gap_recovered(score: float, zero_shot: float, non_private: float | None) -> float | None:
+    """(score − zero_shot) / (non_private − zero_shot); None where the non-private ceiling is not above zero-shot:
+    with no gap to recover the share would be meaningless."""
+    if non_private is None or non_private <= zero_shot:
+        return None
+    return (score - zero_shot) / (non_private - zero_shot)
+
+
 def table_rows(name: str, cfg, scores: dict[tuple[str, float], list[float]], baselines: dict[str, list[float]],
                queries: int, repetitions: int, seconds: list[float]) -> list[dict]:
     """One row per (method, ε): the mean score over repetitions (and noise draws) next to the baselines' means and
     the share of the gap it recovers; std over all of them."""
     mean = {k: float(np.mean(v)) if v else None for k, v in baselines.items()}
-    # no gap to recover where the non-private ceiling is not above zero-shot: the share would be meaningless
-    gap = None if mean["non_private"] is None or mean["non_private"] <= mean["zero_shot"] \
-        else mean["non_private"] - mean["zero_shot"]
     return [{"dataset": name, "method": method, "epsilon": "inf" if math.isinf(eps) else eps,
              "metric": metric_of(cfg), "score": float(np.mean(v)),
              "std": float(np.std(v)) if len(v) > 1 else None,  # one release shows no spread
-             **mean, "gap_recovered": (float(np.mean(v)) - mean["zero_shot"]) / gap if gap else None,
+             **mean, "gap_recovered": gap_recovered(float(np.mean(v)), mean["zero_shot"], mean["non_private"]),
              "queries": queries, "repetitions": repetitions, "releases_averaged": len(v),
              "seconds_per_repetition": round(float(np.mean(seconds)))}
             for (method, eps), v in scores.items()]
@@ -289,7 +294,6 @@ def token_level_rows(paths: list[Path]) -> list[dict]:
             settings[name].append(row)
     zero, ceiling = (float(np.mean([r["rougeL"] for r in settings.pop(name)]))
                      for name in ("zero-shot", "few-shot (non-private)"))
-    gap = ceiling - zero if ceiling > zero else None
     rows = []
     for name, runs_of_it in settings.items():
         method, _, epsilon = name.partition(" ε=")
@@ -298,7 +302,7 @@ def token_level_rows(paths: list[Path]) -> list[dict]:
         rows.append({"dataset": "e2e", "method": method, "epsilon": float(epsilon), "metric": "rougeL",
                      "score": score, "std": float(np.std(scores)) if len(scores) > 1 else None,
                      "zero_shot": zero, "non_private": ceiling, "public_few_shot": None,
-                     "gap_recovered": (score - zero) / gap if gap else None,
+                     "gap_recovered": gap_recovered(score, zero, ceiling),
                      "queries": min(r["queries"] for r in runs_of_it), "repetitions": len(scores),
                      "source": ", ".join(Path(p).name for p in paths)})
     return sorted(rows, key=lambda r: (r["method"], r["epsilon"]))
@@ -341,11 +345,9 @@ def pooled_rows(paths: list[Path]) -> list[dict]:
         base = {key: None if any(row[key] is None for _, row in parts)
                 else float(reps @ [row[key] for _, row in parts] / reps.sum())
                 for key in ("zero_shot", "non_private", "public_few_shot")}
-        gap = None if base["non_private"] is None or base["non_private"] <= base["zero_shot"] \
-            else base["non_private"] - base["zero_shot"]
         row = {"dataset": dataset, "method": method, "epsilon": epsilon, "metric": metric, "score": score,
                "std": math.sqrt(max(variance, 0.0)) if counts.sum() > 1 else None, **base,
-               "gap_recovered": (score - base["zero_shot"]) / gap if gap else None,
+               "gap_recovered": gap_recovered(score, base["zero_shot"], base["non_private"]),
                "queries": parts[0][1]["queries"], "repetitions": int(reps.sum()),
                "releases_averaged": int(counts.sum()), "seeds": sorted(seeds),
                "source": "utility.py --runs " + " ".join(Path(p).name for p in paths)}

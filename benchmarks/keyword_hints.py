@@ -55,7 +55,8 @@ def prompts(cfg, rows, hints: list[list[str]]) -> dict[str, list[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="samsum-ksa-jem", help="a dialogue-summary config like SAMSum's (paper 001's template is written for dialogues)")
+    parser.add_argument("--config", default="samsum-ksa-jem",
+                        help="a dialogue-summary config like SAMSum's (paper 001's template is written for dialogues)")
     parser.add_argument("--llms", nargs="+", default=["smollm2", "gemma-3-270m"])
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--k", type=int, default=10)

@@ -47,6 +47,8 @@ def main() -> None:
     parser.add_argument("--delta", type=float, default=1e-5)
     parser.add_argument("--attacks", nargs="+", choices=["repeat", "probability", "label"],
                         default=["repeat", "probability", "label"])
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="cap on the generated and scored tokens (default: the config's)")
     parser.add_argument("--bootstrap", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0, help="fixes every draw (benchmark mode)")
     parser.add_argument("--json", type=Path, help="write the rows and timings here")
@@ -66,7 +68,8 @@ def main() -> None:
         methods=args.methods or REPEAT_METHODS, probability_examples=args.examples, mozo_shots=args.mozo_shots,
         ada_members=args.ada_members, label_examples=args.label_examples, label_teachers=args.label_teachers,
         label_config=args.label_config,
-        attacks=args.attacks, full_icl=args.full_icl, seed=args.seed, bootstrap=args.bootstrap, timings=timings,
+        attacks=args.attacks, full_icl=args.full_icl, seed=args.seed, bootstrap=args.bootstrap,
+        max_new_tokens=args.max_new_tokens, timings=timings,
         progress=lambda message: print(f"[{time.perf_counter() - start:7.1f}s] {message}", file=sys.stderr,
                                        flush=True))
     total = time.perf_counter() - start

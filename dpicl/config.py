@@ -100,7 +100,9 @@ class ModelConfig(_Strict):
     llm: str = "smollm2"
     backend: Literal["hf", "vllm", "openai"] = "hf"
     device: str = "auto"
-    dtype: str = "float32"
+    # auto: bfloat16 on a GPU and on a CPU with BF16 instructions, float32 on other CPUs (where bfloat16 is several
+    # times slower)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
     threads: int | None = Field(None, ge=1)
     batch_size: int = Field(16, ge=1)
     # false: faster batched inference, teacher outputs may depend on the batch (privacy caveat, docs/PRIVACY.md);

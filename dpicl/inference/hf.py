@@ -41,6 +41,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StoppingCriteria, StoppingCriteriaList
 
 from dpicl.inference.base import GenerationParams, check_variants, has_stop, postprocess, token_id_tuple
+from dpicl.inference.dtypes import resolve_dtype
 from dpicl.inference.kv_cache import growing_cache, with_cache
 from dpicl.inference.models import resolve_llm
 from dpicl.inference.openai_compat import row_seeds
@@ -115,13 +116,12 @@ class HFBackend:
     ) -> None:
         if not isinstance(batch_invariant, bool):
             raise TypeError("batch_invariant must be a bool")
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
+        self.dtype = resolve_dtype(dtype, self.device.type)
         if threads is None and self.device.type == "cpu":
             threads = DEFAULT_CPU_THREADS
         if threads is not None:
@@ -146,7 +146,7 @@ class HFBackend:
         # decoding groups needs the attention that keeps rows apart; the default path keeps PyTorch's SDPA as is
         attention = {"attn_implementation": OWN_ROWS} if decode_rows > 1 else {}
         self.model = AutoModelForCausalLM.from_pretrained(
-            self.model_path, dtype=_DTYPES[dtype], local_files_only=True, **attention
+            self.model_path, dtype=_DTYPES[self.dtype], local_files_only=True, **attention
         ).to(self.device)
         self.model.eval()
         self._bos_id = self._missing_bos_id()

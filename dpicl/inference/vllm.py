@@ -27,6 +27,7 @@ from dpicl.inference.base import (
     refuse_batch_dependence,
     token_id_tuple,
 )
+from dpicl.inference.dtypes import resolve_dtype
 from dpicl.inference.models import cache_dir, resolve_llm
 from dpicl.inference.openai_compat import (
     MAX_SELECTED_IDS,
@@ -124,12 +125,13 @@ class VLLMBackend(TokenizerText):
         if device != "auto" and platform != device:
             raise ValueError(f"device {device!r} asked for, but this vLLM build runs on {platform!r}")
         self.device = platform
+        self.dtype = resolve_dtype(dtype, "cpu" if platform == "cpu" else "cuda")
         if threads is not None and platform == "cpu":
             import torch
 
             torch.set_num_threads(threads)
         kwargs: dict[str, Any] = dict(
-            model=str(self.model_path), tokenizer=str(self.model_path), dtype=dtype, seed=seed,
+            model=str(self.model_path), tokenizer=str(self.model_path), dtype=self.dtype, seed=seed,
             enable_prefix_caching=True,
             max_logprobs=-1,  # full-vocabulary rows for next_token_logprobs
             enforce_eager=platform == "cpu" if enforce_eager is None else enforce_eager,

@@ -464,7 +464,7 @@ def test_demo_mia_end_to_end_on_the_embedded_models():
     timings: dict = {}
     results = run_demo_mia(members=2, nonmembers=2, teachers=2, shots=1, candidates=2, epsilons=(8.0,),
                            methods=("esa", "ksa-ptr"), probability_examples=3, mozo_shots=2, ada_members=2, seed=0,
-                           bootstrap=20, timings=timings)
+                           bootstrap=20, max_new_tokens=10, timings=timings)
     rows = {(r.attack, r.method, r.epsilon) for r in results}
     assert {("repeat", "icl", None), ("repeat", "esa", 8.0), ("repeat", "ksa-ptr", 8.0),
             ("probability", "icl", None), ("probability", "dps-mozo", 8.0), ("probability", "adapmixed", 8.0)} <= rows

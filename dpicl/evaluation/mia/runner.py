@@ -66,14 +66,16 @@ def run_demo_mia(*, members: int = 40, nonmembers: int = 40, teachers: int = 10,
                  probability_examples: int = 11, mozo_shots: int = 1, ada_members: int = 4,
                  label_examples: int = 20, label_teachers: int = 10, label_config: str = "agnews-rnm",
                  attacks: Sequence[str] = ("repeat", "probability"), full_icl: bool = False, seed: int | None = None,
-                 bootstrap: int = 1000, config: str = "demo", backend=None, encoder=None, timings: dict | None = None,
+                 bootstrap: int = 1000, config: str = "demo", max_new_tokens: int | None = None,
+                 backend=None, encoder=None, timings: dict | None = None,
                  progress: Callable[[str], None] | None = None) -> list[MIAResult]:
     """The attacks on real data with the real mechanisms (``backend`` / ``encoder`` default to the config's
     models: SmolLM2-135M and all-MiniLM-L6-v2). ``repeat`` and ``probability`` run on the ``config``'s private
     records (the demo's tickets), split at random into repeat-attack targets (``members`` + ``nonmembers``), the
     probability attack's test set (``probability_examples``) and fillers; ``label`` runs RNM on
     ``label_config``'s records (default AG News, as paper 000). ``seed`` fixes every draw (benchmark mode); None
-    draws from the OS. ``progress`` receives stage names (no data). One ``MIAResult`` per attack × method × ε."""
+    draws from the OS. ``max_new_tokens`` caps the generated answers and the probability attack's scored tokens
+    (None: the config's). ``progress`` receives stage names (no data). One ``MIAResult`` per attack × method × ε."""
     from dpicl.config import load_config
     from dpicl.privacy.rng import benchmark_rng
     from dpicl.tasks import context
@@ -86,6 +88,10 @@ def run_demo_mia(*, members: int = 40, nonmembers: int = 40, teachers: int = 10,
                          f"{', '.join(REPEAT_METHODS)}")
     say = progress or (lambda message: None)
     cfg = load_config(config)
+    if max_new_tokens is not None:
+        raw = cfg.model_dump()
+        raw["generation"]["max_new_tokens"] = max_new_tokens
+        cfg = Config.model_validate(raw)
     rng = benchmark_rng(seed)
     results: list[MIAResult] = []
     if backend is None:

@@ -181,16 +181,18 @@ def test_the_batched_path_depends_on_the_batch(hf_reference, bf16):
     the project's CPU: float32 rows differ by up to 3e-5; in bfloat16 SHORT's answer changes from its 20th
     token on with LONG * 2 or LONG * 5 beside it, LIST's with LONG * 2.)"""
     tokens = hf_reference.encode_text(CONTINUATION)
+
+    def moves(run) -> bool:  # whether another `other` changes what `run` gives beside OTHERS[0] (stops at the first)
+        reference = run(OTHERS[0])
+        return any(run(other) != reference for other in OTHERS[1:])
+
     with batched(hf_reference):
-        rows = [without(hf_reference.next_token_logprobs(with_other(TEACHERS, other, at=1), tokens[:2],
-                                                         cache=False), 1) for other in OTHERS]
-        labels = [without(hf_reference.label_logprobs(with_other(TEACHERS, other, at=1), [" yes", " no"]), 1)
-                  for other in OTHERS]
-    assert any(r.tobytes() != rows[0].tobytes() for r in rows[1:])
-    assert any(r.tobytes() != labels[0].tobytes() for r in labels[1:])
+        assert moves(lambda other: without(hf_reference.next_token_logprobs(
+            with_other(TEACHERS, other, at=1), tokens[:2], cache=False), 1).tobytes())
+        assert moves(lambda other: without(hf_reference.label_logprobs(
+            with_other(TEACHERS, other, at=1), [" yes", " no"]), 1).tobytes())
     with batched(bf16):
-        outputs = [without(bf16.generate(with_other(TEACHERS[:2], other), GREEDY), 2) for other in OTHERS]
-    assert any(o != outputs[0] for o in outputs[1:])
+        assert moves(lambda other: without(bf16.generate(with_other(TEACHERS[:2], other), GREEDY), 2))
 
 
 @pytest.mark.slow

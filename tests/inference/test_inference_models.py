@@ -222,9 +222,10 @@ def _gguf_file(embedded, folder):
 @pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.parametrize(("spec", "add_bos"), [("smollm2", False), ("gemma-3-270m", True)])
-def test_converted_model_matches_gguf_logits(spec, add_bos, tmp_path):
+def test_converted_model_matches_gguf_logits(spec, add_bos, tmp_path, monkeypatch):
     import json
 
+    import gguf as gguf_module
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -236,8 +237,14 @@ def test_converted_model_matches_gguf_logits(spec, add_bos, tmp_path):
     assert json.loads((path / "tokenizer_config.json").read_text())["add_bos_token"] is add_bos
 
     gguf = _gguf_file(models._LLM_ALIASES[spec], tmp_path)
-    original = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tok_gguf = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    parses = []
+    real_reader = gguf_module.GGUFReader
+    monkeypatch.setattr(gguf_module, "GGUFReader", lambda *a, **kw: parses.append(a) or real_reader(*a, **kw))
+    with models.gguf_parsed_once():  # as convert_gguf loads it: the file's header parsed once, not three times
+        original = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tok_gguf = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    assert len(parses) == 1
+    assert gguf_module.GGUFReader is not real_reader and models._parsed_gguf == {}  # our counter is back
     tok_conv = AutoTokenizer.from_pretrained(path, local_files_only=True)
 
     prompt = "Dialogue:\nAnna: Lunch at noon?\nBen: Sure.\nSummarize the above dialogue:"

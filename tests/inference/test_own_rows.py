@@ -32,6 +32,12 @@ GREEDY = GenerationParams(max_new_tokens=24)
 OTHERS = ["Hi", LONG * 2, LONG * 5]  # the middle row of the group: 2, about 140 and about 350 tokens
 
 
+def others(backend) -> list[str]:
+    """The middle rows tried; in bfloat16 without LONG * 5 (slow on CPUs that emulate bfloat16): LONG * 2 already
+    shows padded attention's dependence there (test_padded_attention_would_let_the_rows_mix)."""
+    return OTHERS if backend.dtype == "float32" else OTHERS[:2]
+
+
 @pytest.fixture(scope="module")
 def grouped():
     backend = load_backend("hf", model="smollm2", device=DEVICE, threads=1, decode_rows=3)
@@ -87,7 +93,7 @@ def test_a_rows_decoding_does_not_depend_on_the_other_rows(grouped_any, monkeypa
     monkeypatch.setattr(GrowingLayer, "SPARE", 5)  # the KV cache's room renewed every few steps, not only once
     outputs, reference = teacher_states(grouped_any, OTHERS[0])
     assert len(reference) >= 10
-    for other in OTHERS[1:]:
+    for other in others(grouped_any)[1:]:
         got_outputs, got = teacher_states(grouped_any, other)
         assert got_outputs[0::2] == outputs[0::2]
         mine, theirs = common(got, reference)
@@ -101,11 +107,12 @@ def test_padded_attention_would_let_the_rows_mix(grouped_any, monkeypatch):
     the longest row's, another teacher's) change the teachers' hidden states in their last bits."""
     monkeypatch.setitem(AttentionInterface._global_mapping, OWN_ROWS, sdpa_attention_forward)
     _, reference = teacher_states(grouped_any, OTHERS[0])
-    differs = []
-    for other in OTHERS[1:]:
+
+    def differs(other: str) -> bool:
         mine, theirs = common(teacher_states(grouped_any, other)[1], reference)
-        differs.append(mine != theirs)
-    assert any(differs)
+        return mine != theirs
+
+    assert any(differs(other) for other in others(grouped_any)[1:])  # stops at the first that differs
 
 
 @pytest.mark.slow

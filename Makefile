@@ -33,11 +33,10 @@ $(STAMP):
 demo: install
 	$(BIN)/dpicl demo
 
-# Two workers (pytest-xdist) on the 2-core machine; each loads its own models. loadscope runs each module on one
-# worker, so a module's costly fixtures (a bfloat16 model, a Prefect server, the fault-injection children) are
-# built once. (loadgroup would be finer, but xdist 3.8 cannot tag pytest 9's node ids: it groups nothing.)
+# Two workers (pytest-xdist) on the 2-core machine; each loads its own models and runs whole modules
+# (`--dist loadscope`, pyproject.toml).
 test: install
-	$(BIN)/python -m pytest -n auto --maxprocesses=2 --dist loadscope
+	$(BIN)/python -m pytest -n auto --maxprocesses=2
 
 # The vllm backend's tests, for real, in a separate venv with the CPU build of vLLM (docs/ops/backends.md).
 # DPICL_REQUIRE_VLLM=1 turns "vllm missing" from a skip into a failure.

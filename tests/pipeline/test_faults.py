@@ -276,7 +276,7 @@ CHILDREN_AT_ONCE = 3  # the children mostly start Python and wait for Prefect: r
 def killed(request, templates, api_url, tmp_path_factory):
     """Every selected fault's child, started up front: {fault id: future of (exit code, log)} and the database
     copy each one ran on with the runs it held before. An xdist worker selects the whole module: run it on one
-    worker (`make test` uses `--dist loadscope`), or each worker starts and waits for all the children."""
+    worker (`--dist loadscope`, the suite's default), or each worker starts and waits for all the children."""
     selected = {item.callspec.id for item in request.session.items
                 if getattr(item, "originalname", "") == "test_kill_9_then_run_again"}
     pool = ThreadPoolExecutor(CHILDREN_AT_ONCE)

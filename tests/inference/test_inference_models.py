@@ -239,12 +239,13 @@ def test_converted_model_matches_gguf_logits(spec, add_bos, tmp_path, monkeypatc
     gguf = _gguf_file(models._LLM_ALIASES[spec], tmp_path)
     parses = []
     real_reader = gguf_module.GGUFReader
-    monkeypatch.setattr(gguf_module, "GGUFReader", lambda *a, **kw: parses.append(a) or real_reader(*a, **kw))
+    counting = lambda *a, **kw: parses.append(a) or real_reader(*a, **kw)  # noqa: E731
+    monkeypatch.setattr(gguf_module, "GGUFReader", counting)
     with models.gguf_parsed_once():  # as convert_gguf loads it: the file's header parsed once, not three times
         original = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         tok_gguf = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     assert len(parses) == 1
-    assert gguf_module.GGUFReader is not real_reader and models._parsed_gguf == {}  # our counter is back
+    assert gguf_module.GGUFReader is counting and models._parsed_gguf == {}  # what the block found is back
     tok_conv = AutoTokenizer.from_pretrained(path, local_files_only=True)
 
     prompt = "Dialogue:\nAnna: Lunch at noon?\nBen: Sure.\nSummarize the above dialogue:"

@@ -53,6 +53,23 @@ class GrowingLayer(DynamicLayer):
         self._views = (self.keys, self.values)
         return self.keys, self.values
 
+    def fill(self, keys: list[torch.Tensor], values: list[torch.Tensor], length: int) -> None:
+        """Start as the rows' caches (each (1, heads, own length, dim)) left-padded with zeros to `length`, with
+        room for `SPARE` more positions: the values `torch.cat` of the padded rows would hold, copied once."""
+        rows = len(keys)
+        room = []
+        for parts in (keys, values):
+            states = parts[0].new_empty((rows, *parts[0].shape[1:-2], length + self.SPARE, parts[0].shape[-1]))
+            states[..., :length, :].zero_()
+            for row, part in enumerate(parts):
+                states[row, ..., length - part.shape[-2]:length, :] = part[0]
+            room.append(states)
+        if not self.is_initialized:
+            self.lazy_initialization(room[0], room[1])
+        self._room = tuple(room)
+        self.keys, self.values = room[0][..., :length, :], room[1][..., :length, :]
+        self._views = (self.keys, self.values)
+
 
 def growing_cache(config) -> DynamicCache:
     """A `DynamicCache` for `config` whose full-attention layers are `GrowingLayer`s."""

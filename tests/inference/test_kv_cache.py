@@ -56,3 +56,18 @@ def test_a_growing_cache_has_a_growing_layer_for_each_layer(hf_reference):
     cache = growing_cache(hf_reference.model.config)
     assert len(cache.layers) == hf_reference.model.config.num_hidden_layers
     assert all(type(layer) is GrowingLayer for layer in cache.layers)
+
+
+def test_filled_with_rows_it_holds_their_left_padded_stack_and_grows_in_place():
+    rows = [states(1, length, seed) for seed, length in enumerate([5, 9, 1])]
+    filled = GrowingLayer()
+    filled.fill([k for k, _ in rows], [v for _, v in rows], 9)
+    padded = [torch.cat([torch.nn.functional.pad(part[i], (0, 0, 9 - part[i].shape[-2], 0)) for part in rows])
+              for i in (0, 1)]
+    assert torch.equal(filled.keys, padded[0]) and torch.equal(filled.values, padded[1])
+    room = filled._room[0].data_ptr()
+    step = states(3, 1, 7)
+    keys, values = filled.update(*step)
+    assert torch.equal(keys, torch.cat([padded[0], step[0]], dim=-2))
+    assert torch.equal(values, torch.cat([padded[1], step[1]], dim=-2))
+    assert filled._room[0].data_ptr() == room  # the step went into the room kept free

@@ -96,7 +96,9 @@ class HFBackend:
 
     `decode_rows` (default 1): greedy prompts that run alone are prefilled alone and then decoded up to this many at
     a time, the rows kept apart (`own_rows`): one read of the weights per step for the group instead of per prompt.
-    A call has at least `parallel_prompts` groups where it has prompts enough (`own_rows.row_groups`).
+    A call has at least `parallel_prompts` groups where it has prompts enough (`own_rows.row_groups`). Greedy public
+    prompts then decode in such groups too, in token order, with each beginning they share prefilled once
+    (`prefix_tree`: the demo's public teachers show several queries the same public ticket).
     """
 
     name = "hf"
@@ -451,10 +453,16 @@ class HFBackend:
         if not prompts:
             return []
         ids = self._encode(prompts)
-        # Greedy private prompts (each alone in its forward passes) may decode in groups that keep rows apart.
-        grouped = self.decode_rows > 1 and self.batch_invariant and not params.public_prompts and params.greedy
-        if grouped:  # consecutive prompts in input order: the call's length and the settings set the group sizes
-            batches = [list(group) for group in row_groups(len(ids), self.decode_rows, self.parallel_prompts)]
+        # Greedy private prompts (each alone in its forward passes) may decode in groups that keep rows apart;
+        # greedy public prompts decode in groups too, each beginning they share prefilled once (`prefix_tree`).
+        shared = params.public_prompts
+        grouped = self.decode_rows > 1 and params.greedy and (self.batch_invariant or shared)
+        if grouped:
+            # private: consecutive prompts in input order (the call's length and the settings set the groups);
+            # public: in token order, so that prompts sharing beginnings share a group
+            order = sorted(range(len(ids)), key=ids.__getitem__) if shared else range(len(ids))
+            batches = [[order[i] for i in group]
+                       for group in row_groups(len(ids), self.decode_rows, self.parallel_prompts)]
         else:
             batches = self._micro_batches(ids, params.public_prompts, self.parallel_prompts if params.greedy else 1)
         outputs: list[str | None] = [None] * len(ids)
@@ -475,7 +483,7 @@ class HFBackend:
             # inference mode is per thread: a worker thread would otherwise record autograd history through
             # every decoding step of a group (gigabytes for the demo's non-private baseline); so is rows_may_mix
             with torch.inference_mode(), rows_may_mix(mixing):
-                return self._decode_group(rows, params) if grouped else self._generate_batch(rows, params)
+                return self._decode_group(rows, params, shared) if grouped else self._generate_batch(rows, params)
 
         # Only greedy calls go in parallel: sampling draws from torch's one global generator.
         workers = min(self.parallel_prompts, len(batches)) if params.greedy else 1
@@ -530,9 +538,11 @@ class HFBackend:
         cache.batch_select_indices(where)  # row i: a copy of its prompt's cache
         return cache
 
-    def _decode_group(self, ids: list[list[int]], params: GenerationParams) -> list[tuple[str, bool]]:
-        """Greedy completions of a group decoded together, rows kept apart (`own_rows`), ended as
-        `_generate_batch` ends them: at EOS, at a stop string after leading whitespace, or at the token limit."""
+    def _decode_group(self, ids: list[list[int]], params: GenerationParams,
+                      shared_prefixes: bool = False) -> list[tuple[str, bool]]:
+        """Greedy completions of a group decoded together, rows kept apart (`own_rows`; public rows prefilled
+        sharing their beginnings: `prefix_tree`), ended as `_generate_batch` ends them: at EOS, at a stop string
+        after leading whitespace, or at the token limit."""
         ended = set(self.eos_token_ids) | {self.tokenizer.pad_token_id}
 
         def done(tokens: list[int]) -> bool:
@@ -541,7 +551,7 @@ class HFBackend:
             return bool(params.stop) and has_stop(self.tokenizer.decode(tokens, skip_special_tokens=True),
                                                   params.stop)
 
-        rows = decode_group(self.model, ids, params.max_new_tokens, done)
+        rows = decode_group(self.model, ids, params.max_new_tokens, done, shared_prefixes)
         return [(self.tokenizer.decode(tokens, skip_special_tokens=True),
                  len(tokens) >= params.max_new_tokens and not ended.intersection(tokens)) for tokens in rows]
 

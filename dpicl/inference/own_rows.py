@@ -34,7 +34,8 @@ from transformers import AttentionInterface, DynamicCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from dpicl.inference.kv_cache import growing_cache, with_cache
+from dpicl.inference.kv_cache import GrowingLayer, growing_cache, with_cache
+from dpicl.inference.prefix_tree import prefill_tree
 
 # The attention implementation a model is loaded with when it decodes groups (`HFBackend(decode_rows > 1)`).
 OWN_ROWS = "dpicl_own_rows"
@@ -121,8 +122,11 @@ def stacked_cache(config, caches: Sequence[DynamicCache]) -> tuple[DynamicCache,
     lengths = [cache.get_seq_length() for cache in caches]
     longest = max(lengths)
     stacked = growing_cache(config)
-    for layer in range(len(caches[0].layers)):
+    for layer, target in enumerate(stacked.layers):
         parts = [(c.layers[layer].keys, c.layers[layer].values) for c in caches]
+        if isinstance(target, GrowingLayer):  # each row copied once, straight into the room decoding grows into
+            target.fill([k for k, _ in parts], [v for _, v in parts], longest)
+            continue
         keys = torch.cat([F.pad(k, (0, 0, longest - n, 0)) for (k, _), n in zip(parts, lengths)])
         values = torch.cat([F.pad(v, (0, 0, longest - n, 0)) for (_, v), n in zip(parts, lengths)])
         stacked.update(keys, values, layer)
@@ -132,29 +136,48 @@ def stacked_cache(config, caches: Sequence[DynamicCache]) -> tuple[DynamicCache,
     return stacked, mask
 
 
-def decode_group(model, ids: Sequence[Sequence[int]], max_new_tokens: int,
-                 done: Callable[[list[int]], bool]) -> list[list[int]]:
-    """Each prompt's greedy tokens: prefilled alone, then decoded together with the others of the group, until
-    `done(tokens)` (EOS, a stop string) or `max_new_tokens`. `model` must use `OWN_ROWS` attention."""
-    device = model.device
+def prefill_alone(model, ids: Sequence[Sequence[int]]) -> tuple[list[DynamicCache], list[int]]:
+    """Each prompt's KV cache and greedy next token, each prompt prefilled alone in its own shape."""
     caches, tokens = [], []
     for row in ids:
         cache = DynamicCache(config=model.config)
-        out = model(input_ids=torch.tensor([list(row)], device=device), **with_cache(model, cache), use_cache=True,
-                    logits_to_keep=1)
+        out = model(input_ids=torch.tensor([list(row)], device=model.device), **with_cache(model, cache),
+                    use_cache=True, logits_to_keep=1)
         caches.append(cache)
-        tokens.append([int(out.logits[0, -1].argmax())])
+        tokens.append(int(out.logits[0, -1].argmax()))
+    return caches, tokens
+
+
+def decode_group(model, ids: Sequence[Sequence[int]], max_new_tokens: int,
+                 done: Callable[[list[int]], bool], shared_prefixes: bool = False) -> list[list[int]]:
+    """Each prompt's greedy tokens: prefilled alone (or, `shared_prefixes`, each beginning that prompts share
+    prefilled once: `prefix_tree`, for rows that may mix only), then decoded together with the others of the group,
+    until `done(tokens)` (EOS, a stop string) or `max_new_tokens`. `model` must use `OWN_ROWS` attention."""
+    if shared_prefixes and not _ROWS_MAY_MIX.get():
+        raise ValueError("shared prefixes make a prompt's results depend on the others: only for rows that may mix")
+    device = model.device
+    caches, first = prefill_tree(model, ids) if shared_prefixes else prefill_alone(model, ids)
+    tokens = [[token] for token in first]
     finished = [done(t) for t in tokens]
     if all(finished):
         return tokens
     cache, mask = stacked_cache(model.config, caches)
+    del caches
     position = torch.tensor([[len(row)] for row in ids], device=device)
     last = torch.tensor([[t[0]] for t in tokens], device=device)
+    active = list(range(len(ids)))  # the prompt of each row of the decoding steps
     for _ in range(max_new_tokens - 1):
         if all(finished):
             break
-        mask = torch.cat([mask, mask.new_ones((len(ids), 1))], dim=-1)
-        step = _FINISHED_ROWS.set(tuple(finished))
+        unfinished = [r for r, prompt in enumerate(active) if not finished[prompt]]
+        # rows that may mix: the finished ones leave once they are a quarter (copying the cache costs a step)
+        if _ROWS_MAY_MIX.get() and len(unfinished) <= 0.75 * len(active):
+            index = torch.tensor(unfinished, device=device)
+            cache.batch_select_indices(index)
+            mask, position, last = mask[index], position[index], last[index]
+            active = [active[r] for r in unfinished]
+        mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)
+        step = _FINISHED_ROWS.set(tuple(finished[prompt] for prompt in active))
         try:
             out = model(input_ids=last, attention_mask=mask, position_ids=position, **with_cache(model, cache),
                         use_cache=True, logits_to_keep=1)
@@ -162,8 +185,8 @@ def decode_group(model, ids: Sequence[Sequence[int]], max_new_tokens: int,
             _FINISHED_ROWS.reset(step)
         last = out.logits[:, -1].argmax(-1, keepdim=True)
         position = position + 1
-        for row, token in enumerate(last[:, 0].tolist()):
-            if not finished[row]:
-                tokens[row].append(token)
-                finished[row] = done(tokens[row])
+        for prompt, token in zip(active, last[:, 0].tolist()):
+            if not finished[prompt]:
+                tokens[prompt].append(token)
+                finished[prompt] = done(tokens[prompt])
     return tokens

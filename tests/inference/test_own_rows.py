@@ -188,14 +188,49 @@ def test_groups_decoded_on_worker_threads_record_no_autograd_history(grouped, mo
     seen = []
     decode = grouped._decode_group
 
-    def recording(rows, params):
+    def recording(rows, params, *shared):
         seen.append(torch.is_inference_mode_enabled())
-        return decode(rows, params)
+        return decode(rows, params, *shared)
 
     monkeypatch.setattr(grouped, "_decode_group", recording)
     monkeypatch.setattr(grouped, "parallel_prompts", 2)
     grouped.generate([SHORT, MEDIUM, LIST, SHORT, MEDIUM, LIST], GenerationParams(max_new_tokens=4))
     assert seen == [True, True]
+
+
+def step_sizes(backend, prompts: list[str], params: GenerationParams) -> list[int]:
+    """The number of rows of each decoding step of a one-group call."""
+    sizes = []
+
+    def spy(module, query, key, value, attention_mask, **kwargs):
+        if query.shape[2] == 1 and module.layer_idx == 0:
+            sizes.append(query.shape[0])
+        return own_rows_attention(module, query, key, value, attention_mask, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(AttentionInterface._global_mapping, OWN_ROWS, spy)
+        patch.setattr(backend, "decode_rows", len(prompts))
+        backend.generate(prompts, params)
+    return sizes
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_only_public_rows_leave_their_group_when_finished(grouped, hf_reference):
+    """A public call's finished rows stop being computed once they are a quarter of the group (fewer rows per step),
+    with the one-at-a-time answers; a private group keeps its public shape, however many of its rows are done."""
+    prompts = [SHORT, MEDIUM, LIST, LONG] * 2
+    params = GenerationParams(max_new_tokens=20, stop=("\n",))
+    public = step_sizes(grouped, prompts, replace(params, public_prompts=True))
+    private = step_sizes(grouped, prompts, params)
+    assert set(private) == {len(prompts)}
+    assert public[0] == len(prompts) and public[-1] < len(prompts) and public == sorted(public, reverse=True)
+    assert grouped.generate(prompts, replace(params, public_prompts=True)) == hf_reference.generate(prompts, params)
+
+
+def test_shared_prefixes_are_refused_for_rows_that_must_not_mix():
+    with pytest.raises(ValueError, match="only for rows that may mix"):
+        decode_group(None, [[1, 2], [1, 3]], 4, lambda tokens: False, shared_prefixes=True)
 
 
 def test_decode_rows_is_keyed_only_when_set():

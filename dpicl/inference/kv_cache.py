@@ -56,6 +56,8 @@ class GrowingLayer(DynamicLayer):
     def fill(self, keys: list[torch.Tensor], values: list[torch.Tensor], length: int) -> None:
         """Start as the rows' caches (each (1, heads, own length, dim)) left-padded with zeros to `length`, with
         room for `SPARE` more positions: the values `torch.cat` of the padded rows would hold, copied once."""
+        if any(part.shape[0] != 1 for part in (*keys, *values)):
+            raise ValueError("fill takes one row per cache part, of shape (1, heads, length, dim)")
         rows = len(keys)
         room = []
         for parts in (keys, values):

@@ -46,14 +46,15 @@ def prefill_tree(model, rows: Sequence[Sequence[int]]) -> tuple[list[DynamicCach
         end = shared_prefix_length([rows[i] for i in members], depth + 1)  # they share the token at depth
         out = model(input_ids=torch.tensor([list(rows[members[0]][depth:end])], device=model.device),
                     **with_cache(model, cache), use_cache=True, logits_to_keep=1)
-        ending = [i for i in members if len(rows[i]) == end]
-        if ending:
-            token = int(out.logits[0, -1].argmax())
-            for i in ending:  # identical rows each get their own copy: decoding extends it
-                caches[i], tokens[i] = copy.deepcopy(cache), token
         groups = _by_token(rows, [i for i in members if len(rows[i]) > end], end)
-        for n, group in enumerate(groups):  # the last child takes the cache itself
-            pending.append((group, end, cache if n == len(groups) - 1 else copy.deepcopy(cache)))
+        # rows ending here, then the children, each take a copy of the cache, except the last, which takes the cache
+        # itself (decoding extends a row's cache: identical rows need their own)
+        ending = [i for i in members if len(rows[i]) == end]
+        takers = len(ending) + len(groups)
+        for n, i in enumerate(ending):
+            caches[i], tokens[i] = cache if n == takers - 1 else copy.deepcopy(cache), int(out.logits[0, -1].argmax())
+        for n, group in enumerate(groups, start=len(ending)):
+            pending.append((group, end, cache if n == takers - 1 else copy.deepcopy(cache)))
     return caches, tokens  # type: ignore[return-value]
 
 

@@ -71,3 +71,9 @@ def test_filled_with_rows_it_holds_their_left_padded_stack_and_grows_in_place():
     assert torch.equal(keys, torch.cat([padded[0], step[0]], dim=-2))
     assert torch.equal(values, torch.cat([padded[1], step[1]], dim=-2))
     assert filled._room[0].data_ptr() == room  # the step went into the room kept free
+
+
+def test_fill_refuses_parts_of_several_rows():
+    keys, values = states(2, 5, 0)
+    with pytest.raises(ValueError, match="one row per cache part"):
+        GrowingLayer().fill([keys], [values], 5)

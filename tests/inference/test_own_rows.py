@@ -18,6 +18,7 @@ from dpicl.config import ModelConfig
 from dpicl.inference import GenerationParams, backend_options, load_backend
 from dpicl.inference import own_rows
 from dpicl.inference.kv_cache import GrowingLayer
+from dpicl.inference.prefix_tree import prefill_tree
 from dpicl.inference.own_rows import (
     OWN_ROWS,
     decode_group,
@@ -216,13 +217,18 @@ def step_sizes(backend, prompts: list[str], params: GenerationParams) -> list[in
 
 @pytest.mark.slow
 @pytest.mark.model
-def test_only_public_rows_leave_their_group_when_finished(grouped, hf_reference):
+def test_only_public_rows_leave_their_group_when_finished(grouped, hf_reference, monkeypatch):
     """A public call's finished rows stop being computed once they are a quarter of the group (fewer rows per step),
-    with the one-at-a-time answers; a private group keeps its public shape, however many of its rows are done."""
+    with the one-at-a-time answers, and its shared beginnings are prefilled once (`prefill_tree`); a private group
+    keeps its public shape, however many of its rows are done, and its prompts are prefilled alone."""
+    trees = []
+    monkeypatch.setattr(own_rows, "prefill_tree", lambda model, rows: trees.append(rows) or prefill_tree(model, rows))
     prompts = [SHORT, MEDIUM, LIST, LONG] * 2
     params = GenerationParams(max_new_tokens=20, stop=("\n",))
-    public = step_sizes(grouped, prompts, replace(params, public_prompts=True))
     private = step_sizes(grouped, prompts, params)
+    assert not trees
+    public = step_sizes(grouped, prompts, replace(params, public_prompts=True))
+    assert len(trees) == 1 and sorted(trees[0]) == sorted(grouped._encode(prompts))
     assert set(private) == {len(prompts)}
     assert public[0] == len(prompts) and public[-1] < len(prompts) and public == sorted(public, reverse=True)
     assert grouped.generate(prompts, replace(params, public_prompts=True)) == hf_reference.generate(prompts, params)

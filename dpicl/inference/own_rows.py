@@ -16,7 +16,8 @@ still not depend on each other, to the bit:
 
 The KV cache of the decoding steps grows in place (`kv_cache.GrowingLayer`): the same values as a copy per step.
 Calls whose rows may depend on each other (public prompts, or batch invariance turned off: `rows_may_mix`) attend
-in one padded product per layer instead.
+in one padded product per layer instead, drop their finished rows from the steps, and may prefill their prompts'
+shared beginnings once (`prefix_tree`).
 
 So a prompt's tokens are a function of its own prompt, its place in its group and the group's size.
 `tests/inference/test_own_rows.py` checks this bit for bit, and that padded attention would break it.

@@ -66,7 +66,9 @@ def auroc(member_scores, nonmember_scores, *, bootstrap: int = 1000, confidence:
             b = min(256, bootstrap - start)
             w = rng.multinomial(m.size, np.full(m.size, 1.0 / m.size), size=b)
             v = rng.multinomial(n.size, np.full(n.size, 1.0 / n.size), size=b)
-            stats[start:start + b] = np.einsum("bi,ij,bj->b", w, c, v) / (m.size * n.size)
+            # w C as a matrix product first: a three-operand einsum runs an unoptimised b·M·N loop (~40× slower);
+            # the sums are of halves below 2^53, exact either way
+            stats[start:start + b] = np.einsum("bi,bi->b", w @ c, v) / (m.size * n.size)
         low, high = (float(x) for x in np.quantile(stats, [(1 - confidence) / 2, (1 + confidence) / 2]))
     return AUROC(value, low, high, int(m.size), int(n.size), float(confidence), int(bootstrap))
 

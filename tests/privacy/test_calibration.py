@@ -142,12 +142,26 @@ def test_the_search_is_stored_on_disk_and_not_repeated_by_a_new_process(fresh_se
     assert not list(fresh_search.glob("*.tmp"))
 
 
+@pytest.fixture(scope="module")
+def small_search(tmp_path_factory):
+    """SMALL's search, once for the module: (its value, its stored file's name and text)."""
+    with pytest.MonkeyPatch.context() as mp:
+        store = tmp_path_factory.mktemp("cache")
+        mp.setenv("DPICL_CACHE", str(store))
+        find_noise_multiplier.cache_clear()
+        value = find_noise_multiplier(*SMALL)
+        find_noise_multiplier.cache_clear()
+    [path] = (store / "calibration").glob("*.json")
+    return value, path.name, path.read_text()
+
+
 @pytest.mark.parametrize("damage", ["too little noise", "not json", "negative", "other arguments"])
-def test_a_damaged_store_never_gives_an_uncertified_noise_multiplier(fresh_search, damage):
+def test_a_damaged_store_never_gives_an_uncertified_noise_multiplier(fresh_search, small_search, damage):
     q, T, eps, delta = SMALL
-    searched = find_noise_multiplier(*SMALL)
-    [path] = fresh_search.glob("*.json")
-    stored = json.loads(path.read_text())
+    searched, name, text = small_search
+    fresh_search.mkdir(parents=True)
+    path = fresh_search / name
+    stored = json.loads(text)  # as the search stored it
     if damage == "too little noise":
         stored["value"] = searched * 0.97
     elif damage == "negative":

@@ -44,7 +44,7 @@ from dpicl.inference.base import GenerationParams, check_variants, has_stop, pos
 from dpicl.inference.dtypes import resolve_dtype
 from dpicl.inference.kv_cache import growing_cache, with_cache
 from dpicl.inference.models import resolve_llm
-from dpicl.inference.openai_compat import row_seeds
+from dpicl.inference.openai_compat import label_first_tokens, row_seeds
 from dpicl.inference.own_rows import OWN_ROWS, decode_group, row_groups, rows_may_mix
 from dpicl.progress import silence_library_bars, track
 
@@ -224,34 +224,9 @@ class HFBackend:
         return self.tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt").to(self.device)
 
     def label_token_ids(self, continuations: Sequence[str]) -> list[int]:
-        """The first token id of each continuation, as it follows a prompt (" positive": the caller adds the space).
-
-        Labels are compared by that one token, so two labels may not share it, and none may be empty. Labels
-        are public configuration, so the errors name them.
-        """
-        if isinstance(continuations, str):
-            raise TypeError("continuations must be a sequence of strings, not a string")
-        if not continuations:
-            raise ValueError("no continuations given; give at least one label string")
-        first: dict[int, str] = {}
-        ids: list[int] = []
-        for text in continuations:
-            if not isinstance(text, str):
-                raise TypeError(f"continuations must be strings, got {type(text).__name__}")
-            tokens = self.tokenizer(text, add_special_tokens=False).input_ids if text else []
-            if not tokens:
-                raise ValueError(f"label continuation {text!r} is empty (no tokens); give every label a "
-                                 "non-empty string such as ' positive'")
-            token = tokens[0]
-            if token in first:
-                shared = self.tokenizer.convert_ids_to_tokens(token)
-                raise ValueError(
-                    f"labels {first[token]!r} and {text!r} start with the same token {shared!r}, so their "
-                    "scores cannot be told apart; rename one of them so the labels differ in their first "
-                    "token")
-            first[token] = text
-            ids.append(token)
-        return ids
+        """The first token id of each continuation, as it follows a prompt (`label_first_tokens`: distinct,
+        non-empty; a multi-token label is scored by its first token, with a warning)."""
+        return label_first_tokens(self.tokenizer, continuations)
 
     @torch.inference_mode()
     def label_logprobs(

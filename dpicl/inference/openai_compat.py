@@ -83,9 +83,13 @@ UNKNOWN = object()
 
 
 def label_first_tokens(tokenizer: Any, continuations: Sequence[str]) -> list[int]:
-    """The first token id of each label continuation (as `HFBackend.label_token_ids`: distinct, non-empty).
+    """The first token id of each label continuation (" positive": the caller adds the space), distinct and
+    non-empty: every backend scores a label by that one token as the next token after a prompt.
 
-    Labels are public configuration, so the errors name them.
+    A label of several tokens is scored by its first alone, which may also begin many other words (" Ab" of
+    " Abbreviation"): its votes then carry that prior, and the majority can collapse onto it (TREC with SmolLM2:
+    2 % accuracy uncalibrated, docs/BENCHMARKS.md). That is logged once per label as a warning, with the remedies.
+    Labels are public configuration, so the messages name them.
     """
     if isinstance(continuations, str):
         raise TypeError("continuations must be a sequence of strings, not a string")
@@ -99,11 +103,21 @@ def label_first_tokens(tokenizer: Any, continuations: Sequence[str]) -> list[int
         if not tokens:
             raise ValueError(f"label continuation {text!r} is empty (no tokens); give every label a non-empty "
                              "string such as ' positive'")
+        head = tokenizer.decode(tokens[:1])
         if tokens[0] in first:
-            raise ValueError(f"labels {first[tokens[0]]!r} and {text!r} start with the same token, so their scores "
-                             "cannot be told apart; rename one of them so the labels differ in their first token")
+            raise ValueError(f"labels {first[tokens[0]]!r} and {text!r} start with the same token {head!r}, so "
+                             "their scores cannot be told apart; rename one of them so the labels differ in their "
+                             "first token")
+        if len(tokens) > 1 and text not in _WARNED_LABELS:
+            _WARNED_LABELS.add(text)
+            log.warning("label %r is scored by its first token %r alone (of %d), which may begin other words too: "
+                        "its votes carry their prior unless task.calibrate is true; a label word of one token "
+                        "avoids it", text, head, len(tokens))
         first[tokens[0]] = text
     return list(first)
+
+
+_WARNED_LABELS: set[str] = set()  # each multi-token label's warning once per process
 
 
 def missing_bos_id(tokenizer: Any, model_type: str) -> int | None:

@@ -181,6 +181,18 @@ def test_label_token_ids(backend):
     assert backend.label_token_ids([" Abbreviation", " Entity"])[0] == backend.label_token_ids([" Ab"])[0]
 
 
+def test_a_multi_token_label_is_warned_about_once_and_a_one_token_label_not(backend, caplog, monkeypatch):
+    from dpicl.inference import openai_compat
+
+    monkeypatch.setattr(openai_compat, "_WARNED_LABELS", set())
+    with caplog.at_level("WARNING", logger=openai_compat.__name__):
+        backend.label_token_ids([" Abbreviation", " Person"])
+        backend.label_token_ids([" Abbreviation", " Person"])
+    [record] = caplog.records
+    assert "' Abbreviation'" in record.getMessage() and "' Ab'" in record.getMessage()
+    assert "calibrate" in record.getMessage() and "Person" not in record.getMessage()
+
+
 def test_label_token_ids_refuses_labels_sharing_their_first_token(backend):
     with pytest.raises(ValueError) as err:
         backend.label_token_ids([" Entity", " Ab", " Abbreviation"])

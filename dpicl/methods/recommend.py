@@ -48,7 +48,8 @@ RECOMMENDATIONS = (
         "rnm", {"task.calibrate": True},
         "AG News, ε = 3: accuracy 65.7 against 55.0 zero-shot and 60.7 non-private 4-shot (3 repetitions); SST-2 "
         "with Gemma 3 270M (`model.llm: gemma-3-270m`): 85.0 ± 0.8 against 81.0 zero-shot and 84.3 non-private; "
-        "with SmolLM2 the free calibrated zero-shot answer (83.0) beat RNM (80.7): compare first",
+        "with SmolLM2 the free calibrated zero-shot answer (83.0) beat RNM (80.7), and on TREC, which nothing was "
+        "tuned on, 42.0 against 37.7 ± 1.2 (3 repetitions; 2.3 with plain votes): calibrate, and compare first",
         "Utility against the free baselines (`benchmarks/utility.py`)"),
 )
 

@@ -18,7 +18,6 @@ from dpicl.config import ModelConfig
 from dpicl.inference import GenerationParams, backend_options, load_backend
 from dpicl.inference import own_rows
 from dpicl.inference.kv_cache import GrowingLayer
-from dpicl.inference.prefix_tree import prefill_tree
 from dpicl.inference.own_rows import (
     OWN_ROWS,
     decode_group,
@@ -26,6 +25,7 @@ from dpicl.inference.own_rows import (
     own_starts,
     row_groups,
 )
+from dpicl.inference.prefix_tree import prefill_tree
 from tests.inference.device import DEVICE
 from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
 

@@ -10,9 +10,10 @@ DPS-MOZO), `synthesize` (dp-fewshot) and `rerun` (--from aggregate), then run ag
   recovery"), and paid again where the draw is stored (a DP aggregate, releasable by `dpicl rerun --from release`).
 
 The kill comes from a wrapper the child process puts around one function (by module and name) before the flow runs:
-SIGKILL before or after its n-th call; `mid-inference` wraps the fake LLM. Children of one test share the pytest
-process's temporary Prefect server (no server start per fault); each has its own database copy, so the writer slot it
-dies holding is never asked for again. test_locking.py kills a writer that runs its own temporary server.
+SIGKILL before or after its n-th call; `mid-inference` wraps the fake LLM (tests/pipeline/fault_child.py). The
+children are forked from one forkserver that imported the flows once, and share the pytest process's temporary
+Prefect server (no server start per fault); each has its own database copy, so the writer slot it dies holding is
+never asked for again. test_locking.py kills a writer that runs its own temporary server.
 
 With DPICL_FAULT_REPORT=path every fault appends one JSON line (flow, boundary, outcome) to that file:
 docs/RELIABILITY.md reports the counts.
@@ -21,11 +22,11 @@ docs/RELIABILITY.md reports the counts.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import multiprocessing.forkserver as forkserver_module
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -37,48 +38,12 @@ import yaml
 
 from dpicl.storage.db import connect
 from tests.pipeline.conftest import PLANNED, ingest_tiny
+from tests.pipeline.fault_child import FLOWS, forked
 from tests.pipeline.serving import FAKE_SITE, REPO
 
 pytestmark = pytest.mark.slow
 
 MAX_TOKENS = 6
-
-# The child: wrap one function so that the process kills itself with SIGKILL before/after its n-th call, then run
-# the flow. Prints FINISHED when the fault was never reached.
-_DRIVER = r"""
-import importlib, json, os, signal, sys
-
-spec = json.loads(os.environ["DPICL_FAULT"])
-module, _, attribute = spec["target"].partition(":")
-owner = importlib.import_module(module)
-*path, name = attribute.split(".")
-for part in path:
-    owner = getattr(owner, part)
-original = getattr(owner, name)
-calls = 0
-
-def wrapper(*args, **kwargs):
-    global calls
-    calls += 1
-    hit = calls == spec["call"]
-    if hit and spec["when"] == "before":
-        os.kill(os.getpid(), signal.SIGKILL)
-    result = original(*args, **kwargs)
-    if hit and spec["when"] == "after":
-        os.kill(os.getpid(), signal.SIGKILL)
-    return result
-
-setattr(owner, name, wrapper)
-flow, kwargs = sys.argv[1], json.loads(sys.argv[2])
-if flow == "answer":
-    from dpicl.flows.answer_backlog import answer_backlog as run
-elif flow == "synthesize":
-    from dpicl.flows.synthesize_demos import synthesize_demos as run
-else:
-    from dpicl.flows.rerun import rerun as run
-run(**kwargs)
-print("FINISHED", flush=True)
-"""
 
 RESERVE = "dpicl.tasks.context:reserve_many"  # a whole batch per call (answer), one release (synthesize)
 GENERATE = "tests.pipeline.fakes:FakeBackend.generate"
@@ -161,6 +126,24 @@ def api_url():
     return server.api_url
 
 
+@pytest.fixture(scope="module")
+def forkserver(api_url):
+    """A multiprocessing forkserver that has imported the flows, with fake models and the shared Prefect server:
+    each child is forked from it instead of importing them again (fault_child.py's `forked`). Its processes
+    carry `tag` in their environment."""
+    tag = uuid.uuid4().hex
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["tests.pipeline.fault_child", *FLOWS])
+    with pytest.MonkeyPatch.context() as mp:  # the environment the forkserver starts with
+        mp.setenv("PREFECT_API_URL", api_url)
+        mp.setenv("DPICL_TEST_FAKE_MODELS", "1")
+        mp.setenv("DPICL_FAULT_TAG", tag)
+        mp.setenv("PYTHONPATH", os.pathsep.join([str(FAKE_SITE), str(REPO),
+                                                 *filter(None, [os.environ.get("PYTHONPATH")])]))
+        forkserver_module.ensure_running()
+    return context, tag
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # what is checked
 
@@ -222,23 +205,17 @@ def _servers_with(tag: str) -> list[psutil.Process]:
     return found
 
 
-def _kill_child(db: str, flow: str, kwargs: dict, spec: dict, api_url: str | None, tmp: Path) -> tuple[int, str]:
-    tag = uuid.uuid4().hex
-    # TMPDIR: what a killed child cannot clean up (rerun's temporary config) stays in the test's own folder
-    env = {**os.environ, "DPICL_FAULT": json.dumps(spec), "DPICL_FAULT_TAG": tag, "DPICL_TEST_FAKE_MODELS": "1",
-           "TMPDIR": str(tmp),
-           "PYTHONPATH": os.pathsep.join([str(FAKE_SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    if api_url:
-        env["PREFECT_API_URL"] = api_url
+def _kill_child(forkserver, db: str, flow: str, kwargs: dict, spec: dict, tmp: Path) -> tuple[int, str]:
+    context, tag = forkserver
     log = tmp / "child.log"
-    with open(log, "wb") as out:
-        child = subprocess.run([sys.executable, "-c", _DRIVER, flow, json.dumps({**kwargs, "db": db})], env=env, check=False,
-                               stdout=out, stderr=subprocess.STDOUT, cwd=REPO, timeout=300)
+    child = context.Process(target=forked, args=(spec, flow, {**kwargs, "db": db}, str(tmp), str(log)))
+    child.start()
+    child.join(timeout=300)
     deadline = time.monotonic() + 20
     while _servers_with(tag) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not _servers_with(tag), "the killed run left a Prefect server behind"
-    return child.returncode, log.read_text(errors="replace")
+    assert not _servers_with(tag), "a killed run left a Prefect server behind"
+    return child.exitcode, log.read_text(errors="replace")
 
 
 def _rerun_in_process(flow: str, kwargs: dict, db: str, fake_models) -> dict | str:
@@ -269,11 +246,11 @@ def _report(row: dict) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 IDS = [f"{s}-{b.split(' (')[0].replace(' ', '-')}" for s, b, *_ in FAULTS]
-CHILDREN_AT_ONCE = 3  # the children mostly start Python and wait for Prefect: run a few side by side
+CHILDREN_AT_ONCE = 3  # the children mostly wait for Prefect: run a few side by side
 
 
 @pytest.fixture(scope="module")
-def killed(request, templates, api_url, tmp_path_factory):
+def killed(request, templates, forkserver, tmp_path_factory):
     """Every selected fault's child, started up front: {fault id: future of (exit code, log)} and the database
     copy each one ran on with the runs it held before. An xdist worker selects the whole module: run it on one
     worker (`--dist loadscope`, the suite's default), or each worker starts and waits for all the children."""
@@ -289,7 +266,7 @@ def killed(request, templates, api_url, tmp_path_factory):
         db = str(tmp / "faulty.duckdb")
         shutil.copy(template, db)
         runs_before = {r for (r,) in _rows(db, "SELECT run_id FROM runs")}
-        future = pool.submit(_kill_child, db, flow, kwargs, {"target": target, "when": when, "call": call}, api_url,
+        future = pool.submit(_kill_child, forkserver, db, flow, kwargs, {"target": target, "when": when, "call": call},
                              tmp)
         out[fault_id] = (future, db, runs_before)
     yield out

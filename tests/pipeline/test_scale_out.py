@@ -22,7 +22,7 @@ import yaml
 from dpicl.storage.db import connect
 from tests.pipeline.conftest import ingest_tiny
 from tests.pipeline.serving import FAKE_SITE, REPO
-from tests.pipeline.test_faults import _DRIVER, RESERVE, api_url  # noqa: F401 (a fixture)
+from tests.pipeline.test_faults import RESERVE, api_url  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +43,8 @@ def _setup(tmp_path, url: str) -> str:
 
 # every worker's fake model takes a while per call, so that workers overlap (inference holds no lock)
 _SLOW = ("import time\nfrom tests.pipeline.fakes import FakeBackend\n_generate = FakeBackend.generate\n"
-         "FakeBackend.generate = lambda self, *a, **k: (time.sleep(0.4), _generate(self, *a, **k))[1]\n")
+         "FakeBackend.generate = lambda self, *a, **k: (time.sleep(0.4), _generate(self, *a, **k))[1]\n"
+         "from tests.pipeline.fault_child import main\nmain()\n")
 
 
 def _start(config: str, url: str, api: str, fault: dict | None) -> subprocess.Popen:
@@ -51,7 +52,7 @@ def _start(config: str, url: str, api: str, fault: dict | None) -> subprocess.Po
     spec = fault or {"target": RESERVE, "when": "before", "call": 0}
     env = {**os.environ, "DPICL_FAULT": json.dumps(spec), "DPICL_TEST_FAKE_MODELS": "1", "PREFECT_API_URL": api,
            "PYTHONPATH": os.pathsep.join([str(FAKE_SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    return subprocess.Popen([sys.executable, "-c", _SLOW + _DRIVER, "answer",
+    return subprocess.Popen([sys.executable, "-c", _SLOW, "answer",
                              json.dumps({"config": config, "db": url})],
                             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import secrets
 import threading
 from collections.abc import Iterator
@@ -204,6 +205,7 @@ def _staging_database() -> duckdb.DuckDBPyConnection:
 
 
 _staging_lock = threading.Lock()
+os.register_at_fork(after_in_child=_staging_database.cache_clear)  # DuckDB is not fork-safe: a child makes its own
 
 
 @contextmanager

@@ -36,7 +36,7 @@ def fresh_search(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def papers_search(tmp_path_factory):
     """The papers' search at every vector's point, each searched once for the module in an empty store:
-    {(q, δ, ε): nm}. (In CI, with an empty store, searching again per test cost 50 s.)"""
+    {(q, δ, ε): nm}. (In CI, with an empty store, searching again in each test that compares cost 2½ minutes.)"""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DPICL_CACHE", str(tmp_path_factory.mktemp("cache")))
         find_noise_multiplier.cache_clear()

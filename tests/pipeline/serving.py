@@ -47,13 +47,18 @@ def make_backlog(tmp_path: Path, *, queries: int, planned: int, epsilon: float =
     return str(config), str(db)
 
 
+def fake_models_pythonpath() -> str:
+    """PYTHONPATH of a child process with fake models: their site folder and the repository before the rest."""
+    return os.pathsep.join([str(FAKE_SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 def child_env(prefect_home: Path, api_url: str | None = None, auth: str | None = None) -> dict[str, str]:
     """Environment of a child process: fake models (tests/pipeline/fake_models_site), its own PREFECT_HOME, and
     with `auth` the API token (`dpicl.serve.auth_string`) its Prefect client sends."""
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING")}
     env.update({
         "PREFECT_HOME": str(prefect_home),
-        "PYTHONPATH": os.pathsep.join([str(FAKE_SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "PYTHONPATH": fake_models_pythonpath(),
         "DPICL_TEST_FAKE_MODELS": "1",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PYTHONUNBUFFERED": "1",

@@ -39,7 +39,7 @@ import yaml
 from dpicl.storage.db import connect
 from tests.pipeline.conftest import PLANNED, ingest_tiny
 from tests.pipeline.fault_child import FLOWS, forked
-from tests.pipeline.serving import FAKE_SITE, REPO
+from tests.pipeline.serving import fake_models_pythonpath
 
 pytestmark = pytest.mark.slow
 
@@ -138,8 +138,7 @@ def forkserver(api_url):
         mp.setenv("PREFECT_API_URL", api_url)
         mp.setenv("DPICL_TEST_FAKE_MODELS", "1")
         mp.setenv("DPICL_FAULT_TAG", tag)
-        mp.setenv("PYTHONPATH", os.pathsep.join([str(FAKE_SITE), str(REPO),
-                                                 *filter(None, [os.environ.get("PYTHONPATH")])]))
+        mp.setenv("PYTHONPATH", fake_models_pythonpath())
         forkserver_module.ensure_running()
     return context, tag
 

@@ -21,7 +21,7 @@ import yaml
 
 from dpicl.storage.db import connect
 from tests.pipeline.conftest import ingest_tiny
-from tests.pipeline.serving import FAKE_SITE, REPO
+from tests.pipeline.serving import REPO, fake_models_pythonpath
 from tests.pipeline.test_faults import RESERVE, api_url  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
@@ -51,7 +51,7 @@ def _start(config: str, url: str, api: str, fault: dict | None) -> subprocess.Po
     # without a fault the wrapper never fires (call 0 is never reached)
     spec = fault or {"target": RESERVE, "when": "before", "call": 0}
     env = {**os.environ, "DPICL_FAULT": json.dumps(spec), "DPICL_TEST_FAKE_MODELS": "1", "PREFECT_API_URL": api,
-           "PYTHONPATH": os.pathsep.join([str(FAKE_SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+           "PYTHONPATH": fake_models_pythonpath()}
     return subprocess.Popen([sys.executable, "-c", _SLOW, "answer",
                              json.dumps({"config": config, "db": url})],
                             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -74,13 +74,19 @@ def nearest_teacher_groups(ranked: Sequence[int], teachers: int, shots: int) -> 
 
 
 def public_ensemble(task: TaskConfig, demonstrations: Sequence[tuple[str, str]], query: str, teachers: int,
-                    shots: int, key: str, ranked: Sequence[int] | None = None) -> tuple[list[str], str]:
+                    shots: int, key: str, ranked: Sequence[int] | None = None,
+                    fewshot: int | None = None) -> tuple[list[str], str]:
     """The public teachers' prompts for ``query`` and the public one-shot example: the last demonstration of the
     first public teacher, as paper 004's code takes it. The demonstrations are drawn from the public (input,
     output) pairs by :func:`public_teacher_groups`, or, given the public records ``ranked`` by similarity to the
-    query, by :func:`nearest_teacher_groups` (then the example is the nearest public record)."""
+    query, by :func:`nearest_teacher_groups` (then the example is the nearest public record). With ``fewshot``
+    (nearest only), one more prompt follows the teachers': the ``fewshot`` nearest records, the nearest last."""
     drawn = (public_teacher_groups(len(demonstrations), teachers, shots, key) if ranked is None
              else nearest_teacher_groups(ranked, teachers, shots))
+    if fewshot:
+        if ranked is None:
+            raise ValueError("the public few-shot prompt shows the query's most similar public records: pass ranked")
+        drawn.append(list(ranked[:fewshot])[::-1])
     groups = [[demonstrations[i] for i in g] for g in drawn]
     example_input, example_output = groups[0][-1]
     return ([render_prompt(task, g, query) for g in groups],

@@ -142,7 +142,8 @@ def test_the_demos_few_shot_baselines_show_each_querys_nearest_tickets_nearest_l
 
     from dpicl.config import load_config
     from dpicl.demo.run import NONPRIVATE_SHOTS, baseline_prompts
-    from dpicl.prompts import render_prompt, zero_shot_prompt
+    from dpicl.embeddings.candidates import most_similar
+    from dpicl.prompts import public_ensemble, render_prompt, zero_shot_prompt
     from dpicl.tasks import context
 
     cfg = load_config("demo")
@@ -165,3 +166,12 @@ def test_the_demos_few_shot_baselines_show_each_querys_nearest_tickets_nearest_l
             shots = [(pool[j].input, pool[j].output) for j in reversed(nearest)]
             assert prompts[name][i] == render_prompt(cfg.task, shots, query)
     assert prompts["zero-shot"] == [zero_shot_prompt(cfg.task, query) for query in queries]
+    # the flow's last public prompt is the public few-shot one: `dpicl demo` reads its answer from the flow's outputs
+    ranked = most_similar(encoder.encode(queries, batched=True),
+                          encoder.encode([r.input for r in public], batched=True), cfg.method.public_ranked_count)
+    assert cfg.method.public_fewshot == NONPRIVATE_SHOTS
+    for i, query in enumerate(queries):
+        flow_prompts, _ = public_ensemble(cfg.task, [(r.input, r.output) for r in public], query,
+                                          cfg.method.teachers, cfg.method.public_shot_count, "key",
+                                          ranked[i].tolist(), cfg.method.public_fewshot)
+        assert flow_prompts[-1] == prompts["public few-shot"][i]

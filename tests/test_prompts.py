@@ -51,3 +51,31 @@ def test_nearest_public_teachers_each_show_one_of_the_nearest_records_last(teach
     prompts, example = public_ensemble(task, pairs, "the query", teachers, shots, "key", ranked)
     assert example == task.demo_template.format(input=f"in {ranked[0]}", output=f"out {ranked[0]}")
     assert all(p.endswith(task.query_template.format(input="the query")) for p in prompts)
+
+
+@pytest.mark.parametrize(("teachers", "shots", "fewshot"), [(4, 1, 4), (3, 2, 9)])
+def test_the_public_fewshot_prompt_follows_the_teachers_with_the_nearest_records_nearest_last(teachers, shots,
+                                                                                           fewshot):
+    from dpicl.prompts import public_ensemble, render_prompt
+
+    task = TaskConfig(type="summarization")
+    pairs = [(f"in {i}", f"out {i}") for i in range(20)]
+    ranked = [7, 3, 19, 0, 12, 5, 8, 1, 2, 4, 6, 9, 10]
+    teachers_only, _ = public_ensemble(task, pairs, "q", teachers, shots, "key", ranked)
+    prompts, _ = public_ensemble(task, pairs, "q", teachers, shots, "key", ranked, fewshot)
+    assert prompts[:teachers] == teachers_only  # the teachers' prompts are unchanged
+    assert prompts[teachers:] == [render_prompt(task, [pairs[i] for i in reversed(ranked[:fewshot])], "q")]
+    with pytest.raises(ValueError, match="most similar"):
+        public_ensemble(task, pairs, "q", teachers, shots, "key", None, fewshot)
+
+
+def test_public_fewshot_needs_the_nearest_public_demonstrations():
+    from pydantic import ValidationError
+
+    from dpicl.methods.sga import SGASettings
+
+    with pytest.raises(ValidationError, match="public_demonstrations: nearest"):
+        SGASettings(public_fewshot=4)
+    settings = SGASettings(teachers=3, shots=1, public_fewshot=4, public_demonstrations="nearest")
+    assert settings.public_ranked_count == 4
+    assert settings.model_copy(update={"public_fewshot": 2}).public_ranked_count == 3

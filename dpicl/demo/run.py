@@ -60,6 +60,18 @@ def baseline_prompts(cfg, private, public, queries: list[str]) -> dict[str, list
             "non-private": nearest_shots(private)}
 
 
+def stored_public_fewshot(con, cfg, queries: list[str]) -> list[str] | None:
+    """The free public few-shot answers as the flow already generated them: with `public_fewshot` of the demo's size,
+    the last public prompt of each query is the public few-shot baseline's prompt (SGA's extra candidate). None
+    when the config has no such prompt."""
+    if getattr(cfg.method, "public_fewshot", None) != NONPRIVATE_SHOTS:
+        return None
+    from dpicl.storage.artifacts import get_artifact
+    from dpicl.tasks.rerun import feature_keys
+
+    return [get_artifact(con, feature_keys(cfg, query, None)["public_outputs"])[-1] for query in queries]
+
+
 def rouge_l(answers: list[str], references: list[str]) -> float:
     """Mean ROUGE-L F1 (0–100) of `answers` against their references."""
     from dpicl.metrics import rouge
@@ -108,19 +120,24 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
         backlog = con.execute("SELECT query_id, input, reference FROM queries WHERE backlog = ? ORDER BY row_no",
                               [cfg.backlog]).fetchall()
         private, public = load_records(con, cfg.private_dataset), load_records(con, cfg.public_dataset)
+        # the answered queries only: the refused ones have no DP answer to compare with
+        tickets = {query_id: (text, reference) for query_id, text, reference in backlog}
+        answered = [tickets[r["query_id"]] for r in released]
+        public_fewshot = stored_public_fewshot(con, cfg, [text for text, _ in answered])
     finally:
         con.close()
     console.print(f"the alternatives: zero-shot and {NONPRIVATE_SHOTS}-shot answers from the most similar public "
                   f"tickets (free), and {NONPRIVATE_SHOTS}-shot answers from the most similar private tickets "
                   "(non-private: what a careless deployment would release)")
-    # the answered queries only: the refused ones have no DP answer to compare with
-    tickets = {query_id: (text, reference) for query_id, text, reference in backlog}
-    answered = [tickets[r["query_id"]] for r in released]
     prompts = baseline_prompts(cfg, private, public, [text for text, _ in answered])
+    if public_fewshot is not None:  # generated once, by the flow
+        del prompts["public few-shot"]
     params = greedy_params(cfg)
     free = {name: context.backend(cfg).generate(p, replace(params, public_prompts=name != "non-private"),
                                                 progress=True)
             for name, p in prompts.items()}
+    if public_fewshot is not None:
+        free["public few-shot"] = public_fewshot
 
     table = Table(title="released answers (differentially private)")
     for column in ("query", "ticket", "answer"):

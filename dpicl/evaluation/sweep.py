@@ -70,11 +70,11 @@ def check_configs(configs: Sequence[Config]) -> Config:
                     base.method.teachers, base.method.shots):
             raise SweepError(f"configs {base.name!r} and {cfg.name!r} differ in data, task, model, generation, "
                              "teachers or shots; a sweep shares one ensemble between its methods")
-    publics = {(cfg.public_dataset, cfg.method.public_demonstrations, cfg.method.public_shot_count)
-               for cfg in configs if _method(cfg).needs_public}
+    publics = {(cfg.public_dataset, cfg.method.public_demonstrations, cfg.method.public_shot_count,
+                cfg.method.public_fewshot) for cfg in configs if _method(cfg).needs_public}
     if len(publics) > 1:
         raise SweepError("the public-data methods of one sweep must share one public dataset and the public "
-                         "teachers' settings (public_demonstrations, public_shots)")
+                         "teachers' settings (public_demonstrations, public_shots, public_fewshot)")
     method_labels(configs)  # refuses two configs of one method under one name
     return base
 
@@ -153,7 +153,7 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
     ranked = None  # the public records most similar to each query first, when the public teachers show those
     if public and public_cfg is not None and public_cfg.method.public_demonstrations == "nearest":
         ranked = most_similar_texts(encoder_for(public_cfg), queries, [inp for inp, _ in public],
-                                    n * public_cfg.method.public_shot_count)
+                                    public_cfg.method.public_ranked_count)
     if groups is not None and (len(groups) != len(queries) or any(len(g) != n for g in groups)):
         raise SweepError(f"teacher groupings must give {n} teachers for each of the {len(queries)} queries")
     for k, query in enumerate(queries):
@@ -164,7 +164,8 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
         if public and public_cfg is not None:  # the public ensemble only for the public-data methods
             prompts, example = public_ensemble(base.task, public, query, n, public_cfg.method.public_shot_count,
                                                public_key(public_cfg.public_dataset, query),
-                                               None if ranked is None else ranked[k])
+                                               None if ranked is None else ranked[k],
+                                               public_cfg.method.public_fewshot)
             public_prompts += prompts
             examples.append(example)
     zero_shot = [zero_shot_prompt(base.task, q) for q in queries]
@@ -192,8 +193,12 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
         f["teacher_outputs"] = outs
     if public_prompts:
         progress("infer: public teachers")
-        public_outputs = per_query(backend.generate(public_prompts, greedy, progress=True))
-        ens.answers["public few-shot"] = public_outputs
+        flat = backend.generate(public_prompts, greedy, progress=True)
+        per = len(public_prompts) // len(queries)  # the teachers' prompts, then the few-shot one if asked for
+        public_outputs = [flat[i * per:(i + 1) * per] for i in range(len(queries))]
+        ens.answers["public few-shot"] = [outs[:n] for outs in public_outputs]
+        if per > n:
+            ens.answers[f"public {public_cfg.method.public_fewshot}-shot"] = [outs[n] for outs in public_outputs]
         for f, outs in zip(ens.features, public_outputs):
             f["public_outputs"] = outs
     for f, example in zip(ens.features, examples):

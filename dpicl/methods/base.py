@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpicl.privacy.accounting.events import PrivacyEvent
 from dpicl.privacy.sampling import default_sampling_rate
@@ -58,10 +58,26 @@ class PublicEnsembleSettings(EnsembleSettings):
     public_demonstrations: Literal["random", "nearest"] = "random"
     # demonstrations per public teacher; default `shots` (public prompts run batched: more shots cost less there)
     public_shots: int | None = Field(None, ge=1)
+    # one more public prompt per query: its `public_fewshot` most similar public records (the nearest last), i.e.
+    # the free public few-shot ICL prompt; its answer joins the public teachers' outputs, so SGA can release it
+    # when the private answers lie nearest it. Public data and the query only: no privacy cost
+    public_fewshot: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _fewshot_needs_nearest(self):
+        if self.public_fewshot is not None and self.public_demonstrations != "nearest":
+            raise ValueError("public_fewshot shows the query's most similar public records: set "
+                             "public_demonstrations: nearest with it")
+        return self
 
     @property
     def public_shot_count(self) -> int:
         return self.public_shots or self.shots
+
+    @property
+    def public_ranked_count(self) -> int:
+        """How many of the query's most similar public records the public prompts show."""
+        return max(self.teachers * self.public_shot_count, self.public_fewshot or 0)
 
 
 class TokenSettings(MethodSettings):

@@ -41,11 +41,12 @@ def build_ensemble(config_paths: list[str], queries: int, repetition: int, seed:
 
 @task(name="baselines", **STAGE)
 def score_baselines(handle: str, metrics: list[str] | None, repetition: int) -> list[dict]:
-    """Zero-shot and (public) few-shot: the few-shot value is the mean over the individual teachers."""
+    """Zero-shot, (public) few-shot and the public k-shot prompt: a teachers' row is the mean over the individual
+    teachers."""
     ens = _ENSEMBLES[handle]
     rows = []
     for name, answers in ens.answers.items():
-        if name == "zero-shot":
+        if isinstance(answers[0], str):  # one answer per query
             scores = sweep.score(ens.cfg, answers, ens.references, metrics)
         else:
             per_teacher = [sweep.score(ens.cfg, [a[t] for a in answers], ens.references, metrics)

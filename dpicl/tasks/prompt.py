@@ -36,7 +36,7 @@ def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict
         encoder = context.encoder(cfg)
         rows = most_similar(encoder.encode([queries[q].input for q in samples], batched=True),
                             _encoded(encoder, tuple(r.input for r in public_records)),
-                            cfg.method.teachers * cfg.method.public_shot_count)
+                            cfg.method.public_ranked_count)
         ranked = {q: row.tolist() for q, row in zip(samples, rows)}
     with context.database(db_path) as con:
         keys = {}
@@ -90,6 +90,8 @@ def public_ensemble_params(cfg: Config, query: str) -> dict:
               "teachers": m.teachers, "shots": m.public_shot_count, "task": cfg.task.model_dump()}
     if m.public_demonstrations == "nearest":  # absent for the random draw: its keys stay those of earlier runs
         params.update(public_demonstrations="nearest", embedding=cfg.embedding.model_dump())
+    if m.public_fewshot is not None:  # absent without it, for the same reason
+        params["public_fewshot"] = m.public_fewshot
     return params
 
 
@@ -99,7 +101,8 @@ def _public_ensemble(con, cfg: Config, run_id: str, query_id: str, query: str, r
     content: the demonstrations are a function of the query and the public dataset)."""
     m = cfg.method
     prompts, example = public_ensemble(cfg.task, [(r.input, r.output) for r in records], query, m.teachers,
-                                       m.public_shot_count, public_key(cfg.public_dataset, query), ranked)
+                                       m.public_shot_count, public_key(cfg.public_dataset, query), ranked,
+                                       m.public_fewshot)
     params = public_ensemble_params(cfg, query)
     return {
         "public_prompts": put_artifact(con, artifact_key("public_prompts", [], params), "public_prompts",

@@ -154,6 +154,28 @@ def test_a_sweep_shows_the_public_teachers_the_nearest_public_records_as_the_pip
                                                                            output=public[nearest][1])
 
 
+def test_a_sweep_with_public_fewshot_scores_that_prompt_apart_and_gives_its_answer_to_sga(sweep_env):
+    from dpicl.prompts import render_prompt
+    from tests.pipeline.fakes import FakeBackend, FakeEncoder
+
+    configs, _ = sweep_env
+    sga = load_config(configs[3])
+    cfg = sga.model_copy(update={"method": sga.method.model_copy(update={"public_demonstrations": "nearest",
+                                                                          "public_fewshot": 3})})
+    with pytest.raises(sweep.SweepError, match="public_fewshot"):
+        sweep.check_configs([cfg, sga.model_copy(update={"method": sga.method.model_copy(
+            update={"public_demonstrations": "nearest"})})])
+    data = sweep.load_benchmark([cfg], N_QUERIES)
+    ens = sweep.build_ensemble([cfg], data, FakeBackend(), lambda c: FakeEncoder(), np.random.default_rng(0))
+    public, encoder = data[1], FakeEncoder()
+    assert [len(a) for a in ens.answers["public few-shot"]] == [4] * N_QUERIES  # the teachers only
+    for query, answer, features in zip(ens.queries, ens.answers["public 3-shot"], ens.features):
+        order = np.argsort(-(encoder.encode([i for i, _ in public]) @ encoder.encode([query])[0]))[:3]
+        assert answer == _fake_greedy(render_prompt(cfg.task, [public[i] for i in reversed(order)], query))
+        assert features["public_outputs"][-1] == answer and len(features["public_outputs"]) == 5
+        assert features["public_texts"][-1] == answer and len(features["public"]) == 5  # a candidate of SGA
+
+
 def test_unknown_metrics_are_refused_before_any_model_runs(sweep_env):
     configs, _ = sweep_env
     cfg = load_config(configs[0])

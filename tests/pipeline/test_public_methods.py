@@ -118,8 +118,11 @@ def test_a_private_dataset_named_as_public_is_refused(public_env):
         _run(config, db)
 
 
-def test_sga_with_nearest_public_demonstrations_shows_each_query_its_most_similar_public_records(public_env):
-    """`public_shots: 3` while the private teachers show 2."""
+@pytest.mark.parametrize("fewshot", [None, 14])
+def test_sga_with_nearest_public_demonstrations_shows_each_query_its_most_similar_public_records(public_env,
+                                                                                               fewshot):
+    """`public_shots: 3` while the private teachers show 2; with `public_fewshot: 14` one more public prompt shows
+    the 14 nearest (more than the teachers' 12)."""
     from dpicl.config import load_config
     from dpicl.storage.artifacts import artifact_key, get_artifact
     from dpicl.tasks.prompt import public_ensemble_params
@@ -128,7 +131,7 @@ def test_sga_with_nearest_public_demonstrations_shows_each_query_its_most_simila
 
     config, db, _ = public_env
     _with_method(config, {"name": "sga", "levels": 2, "select": "top1", "public_demonstrations": "nearest",
-                          "public_shots": 3})
+                          "public_shots": 3, "public_fewshot": fewshot})
     result, *_ = _run(config, db)
     assert result["answered"] == PLANNED
     public = [f"public example {i}" for i in range(30)]
@@ -144,13 +147,15 @@ def test_sga_with_nearest_public_demonstrations_shows_each_query_its_most_simila
             order = np.argsort(-(encoder.encode(public) @ encoder.encode([query])[0])).tolist()
             prompts = get_artifact(con, artifact_key("public_prompts", [], public_ensemble_params(cfg, query)))
             shown = [[int(i) for i in re.findall(r"public example (\d+)", p)] for p in prompts]
+            if fewshot:
+                assert shown.pop() == order[:fewshot][::-1], "the few-shot prompt: the nearest, nearest last"
             assert len(shown) == 4 and all(len(s) == 3 for s in shown)  # 4 teachers × 3 public shots
             assert sorted(i for s in shown for i in s) == sorted(order[:12])
             assert [s[-1] for s in shown] == order[:4], "each teacher shows one of the 4 nearest, last"
             keys = feature_keys(cfg, query, None)  # what a rerun recomputes must be what the run stored
             assert get_artifact(con, keys["public_example"]) == f"Input:\n{public[order[0]]}\nOutput: " \
                 f"public answer {order[0]}", "the one-shot example is the nearest public record"
-            assert len(get_artifact(con, keys["public_outputs"])) == 4
+            assert len(get_artifact(con, keys["public_outputs"])) == 4 + bool(fewshot)
     finally:
         con.close()
 

@@ -268,3 +268,14 @@ def test_version_prints_the_installed_version():
 
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.strip() == f"dpicl {version('dpicl')}"
+
+
+def test_the_cli_starts_without_the_accountants_heavy_libraries():
+    """prv-accountant and scipy.stats/optimize took about a second of every `dpicl` start; they load when used."""
+    import subprocess
+    import sys
+
+    heavy = ("prv_accountant", "scipy.stats", "scipy.optimize", "scipy.signal")
+    code = f"import sys, dpicl.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

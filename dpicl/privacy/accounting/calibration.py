@@ -18,8 +18,6 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
 
-import scipy.optimize
-from prv_accountant.dpsgd import find_noise_multiplier as _prv_find_noise_multiplier
 
 from ..search import bisect, bisect_int, doubling
 from .auto import AutoAccountant
@@ -67,6 +65,12 @@ def find_noise_multiplier(sampling_rate: float, queries: int, epsilon: float, de
     arguments = dict(sampling_probability=sampling_rate, num_steps=queries, target_epsilon=epsilon,
                      target_delta=delta, eps_error=0.01, mu_max=100)
     return _stored_search(arguments, lambda: float(_prv_find_noise_multiplier(**arguments)))
+
+
+def _prv_find_noise_multiplier(**arguments) -> float:
+    from prv_accountant.dpsgd import find_noise_multiplier  # imported when used, as in .prv
+
+    return find_noise_multiplier(**arguments)
 
 
 def _stored_search(arguments: dict, search) -> float:
@@ -158,6 +162,8 @@ def _estimate_search(sampling_rate: float, queries: int, epsilon: float, delta: 
             fits.append(x)
         return y
 
+    from scipy.optimize import brentq  # on use only: scipy.optimize slows every CLI start
+
     x_fit = math.log(nm_rdp)
     y_fit = log_excess(x_fit)
     if y_fit > 0:  # PRV certifies nothing below the RDP value here
@@ -166,7 +172,7 @@ def _estimate_search(sampling_rate: float, queries: int, epsilon: float, delta: 
         x = x_fit + max(1.2 * y_fit, -0.7)  # ε ≈ c·nm^-k with k ≥ 1 this far out: a little past the root
         y = log_excess(x)
         if y > 0:
-            scipy.optimize.brentq(log_excess, x, x_fit, xtol=2e-4, maxiter=12, full_output=True, disp=False)
+            brentq(log_excess, x, x_fit, xtol=2e-4, maxiter=12, full_output=True, disp=False)
             break
         x_fit, y_fit = x, y
     return math.exp(min(fits))

@@ -13,11 +13,6 @@ import warnings
 from collections import Counter
 from collections.abc import Sequence
 
-from prv_accountant import PoissonSubsampledGaussianMechanism
-from prv_accountant import PRVAccountant as _LibPRVAccountant
-from prv_accountant.accountant import compute_safe_domain_size
-from prv_accountant.privacy_random_variables import PureDPMechanism
-from scipy.fft import next_fast_len
 
 from .events import (
     ComposedEvent,
@@ -59,6 +54,10 @@ def _prv_key(event: PrivacyEvent) -> tuple:
 
 
 def _prv(key: tuple):
+    # prv-accountant (and the scipy modules it loads) is imported where it is used: a second off every CLI start
+    from prv_accountant import PoissonSubsampledGaussianMechanism
+    from prv_accountant.privacy_random_variables import PureDPMechanism
+
     if key[0] == "gaussian":
         return PoissonSubsampledGaussianMechanism(noise_multiplier=key[1], sampling_probability=key[2])
     return PureDPMechanism(key[1])
@@ -116,6 +115,8 @@ class PRVAccountant:
         keys = tuple(key for key, _ in groups)
         n = tuple(c for _, c in groups)
         eps_error = self.mesh_eps_error(keys, n)
+        from prv_accountant import PRVAccountant as _LibPRVAccountant
+
         with warnings.catch_warnings():  # eps_max is our (larger than safe) domain, not an assumption on ε
             warnings.simplefilter("ignore", UserWarning)
             accountant = _LibPRVAccountant(prvs=[_prv(key) for key in keys], max_self_compositions=list(n),
@@ -153,6 +154,8 @@ def _mesh(counts: Sequence[int], eps_error: float, delta_error: float) -> float:
 def _rdp_half_width(keys: tuple, counts: tuple[int, ...], delta_error: float) -> float:
     """The part of the library's safe domain size that does not depend on eps_error (RDP bounds over many orders,
     a fifth of a second: searches ask for it again and again)."""
+    from prv_accountant.accountant import compute_safe_domain_size
+
     return compute_safe_domain_size([_prv(key) for key in keys], list(counts), eps_error=0.0,
                                     delta_error=delta_error) - 3
 
@@ -166,6 +169,8 @@ def fast_half_width(keys: tuple, counts: tuple[int, ...], eps_error: float, delt
     """A half-width at least the library's safe domain size whose mesh has a length scipy's FFT transforms fast
     (few small prime factors): an arbitrary length can cost ten times as much (measured: 5.4 s against 0.75 s at
     3.8 M points). A larger domain with the same mesh only tightens the truncation, so the bound stays sound."""
+    from scipy.fft import next_fast_len
+
     half_width = safe_half_width(keys, counts, eps_error, delta_error)
     mesh = _mesh(counts, eps_error, delta_error)
     # the library builds 2·ceil(L/mesh) + 2 points (an even count); one spare cell keeps L' ≥ L after rounding

@@ -35,7 +35,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import beta as beta_dist
 
 from ..search import smallest
 
@@ -71,6 +70,8 @@ def clopper_pearson(k, n, confidence: float = 0.95):
     upper bound is 1 − ((1 − confidence)/2)^(1/n). Works elementwise on arrays (returns arrays) and on scalars
     (returns floats).
     """
+    from scipy.stats import beta as beta_dist  # scipy.stats takes a third of a second to import: on use only
+
     c = _check_confidence(confidence)
     k_arr = np.asarray(k, dtype=np.float64)
     n_arr = np.asarray(n, dtype=np.float64)

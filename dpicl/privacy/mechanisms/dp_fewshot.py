@@ -42,7 +42,6 @@ import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import gammaln, log_expit, logsumexp
 
 from ..accounting.auto import total_epsilon
@@ -336,6 +335,8 @@ def randomized_response_epsilon(amplified_epsilon: float, count: int, delta: flo
 
     if delta_at(0.0) <= delta:
         return 0.0
+    from scipy.optimize import brentq  # on use only (as in privacy.accounting.calibration)
+
     return float(brentq(lambda e: delta_at(e) - delta, 0.0, count * amplified_epsilon, xtol=1e-12))
 
 
@@ -352,6 +353,8 @@ def _exponential_epsilon0(sampling_rate: float, tokens: int, epsilon: float, del
             return fits(eps0)
         except RuntimeError:
             return False
+
+    from scipy.optimize import brentq
 
     bar = brentq(lambda b: randomized_response_epsilon(b, tokens, delta) - epsilon, 1e-12, epsilon + 1.0,
                  xtol=1e-12)  # ε̄ whose exact composition is the target

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
 
-
 from ..search import bisect, bisect_int, doubling
 from .auto import AutoAccountant
 from .events import ComposedEvent, PrivacyEvent, SubsampledGaussianEvent

@@ -13,7 +13,6 @@ import warnings
 from collections import Counter
 from collections.abc import Sequence
 
-
 from .events import (
     ComposedEvent,
     PrivacyEvent,

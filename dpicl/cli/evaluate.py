@@ -41,7 +41,9 @@ def evaluate(
                            seed=seed, delta=delta, metrics=metric, out_dir=str(out), db=str(db) if db else None)
     if as_json:
         print(json.dumps({k: result[k] for k in ("sweep_id", "queries", "delta", "repetitions", "summary", "plot",
-                                                 "report")}))
+                                                 "report", "free_ahead")}))
         return
     console.print(result["table"])
+    if result["free_ahead"]:
+        console.print("[yellow]a free answer scores higher than:[/] " + "; ".join(result["free_ahead"]))
     console.print(f"sweep {result['sweep_id']}: plot {result['plot']}, report {result['report']}")

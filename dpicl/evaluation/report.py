@@ -29,6 +29,24 @@ def summarize(rows: Sequence[dict]) -> list[dict]:
     return list(groups.values())
 
 
+def free_baselines_ahead(summary: Sequence[dict]) -> list[str]:
+    """The DP settings (finite ε) that a free baseline — the zero-shot answer or one from public demonstrations —
+    beats on the sweep's first metric, each named with both means: paying for those answers buys nothing."""
+    metrics = [m for m in metric_names(summary) if m not in DIAGNOSTICS]
+    if not metrics:
+        return []
+    metric = metrics[0]
+    free = {s["setting"]: s["metrics"][metric]["mean"] for s in summary
+            if s["method"] is None and metric in s["metrics"]
+            and (s["setting"] == "zero-shot" or s["setting"].startswith("public "))}
+    if not free:
+        return []
+    best, top = max(free.items(), key=lambda kv: kv[1])
+    return [f"{s['setting']}: {metric} {s['metrics'][metric]['mean']:.2f} < {best} {top:.2f}" for s in summary
+            if s["method"] is not None and s["epsilon"] is not None and math.isfinite(s["epsilon"])
+            and metric in s["metrics"] and s["metrics"][metric]["mean"] < top]
+
+
 def metric_names(summary: Sequence[dict]) -> list[str]:
     return list(dict.fromkeys(m for s in summary for m in s["metrics"]))
 

@@ -100,10 +100,28 @@ def test_sweep_stores_plots_and_reports_every_setting_and_charges_nothing(sweep_
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     report = (tmp / "out" / f"{result['sweep_id']}.md").read_text()
     assert "| esa ε=1 |" in report and "±" in report
+    # zero-shot scores 100 here: every noisy setting below it is named, in the result and in the report
+    behind = {s for s in expected
+              if "ε=" in s and not s.endswith("∞") and summary[s]["metrics"]["rouge1"]["mean"] < 100}
+    assert behind and {line.split(":")[0] for line in result["free_ahead"]} == behind
+    assert "A free answer scores higher than these DP settings" in report
 
     private_texts = [f"private summary {i}" for i in range(40)] + [f"private ticket {i}" for i in range(40)]
     published = json.dumps(result, default=str) + report
     assert not any(t in published for t in private_texts), "private text in the sweep's outputs"
+
+
+@pytest.mark.slow  # starts Prefect
+def test_the_evaluate_command_says_which_dp_settings_a_free_answer_beats(sweep_env):
+    from typer.testing import CliRunner
+
+    from dpicl.cli import app
+
+    configs, tmp = sweep_env
+    result = CliRunner().invoke(app, ["evaluate", configs[3], "-e", "1", "--queries", str(N_QUERIES), "--seed", "1",
+                                      "--out", str(tmp / "cli"), "--db", str(tmp / "cli.duckdb")])
+    assert result.exit_code == 0, result.output
+    assert "a free answer scores higher than: sga top-1 ε=1: rouge1" in " ".join(result.output.split())
 
 
 @pytest.mark.slow
@@ -290,3 +308,18 @@ def test_sga_scores_its_top1_release_once_when_the_config_already_selects_top1()
     llm = cfg.model_copy(update={"method": cfg.method.model_copy(update={"select": "llm"})})
     variants = sweep._method(llm).evaluation_variants(llm)
     assert variants[""] is llm and variants[" top-1"].method.select == "top1"
+
+
+def test_the_report_names_the_dp_settings_a_free_answer_beats():
+    from dpicl.evaluation.report import free_baselines_ahead
+
+    def row(setting, method, epsilon, value, metric="rougeL"):
+        return {"setting": setting, "method": method, "epsilon": epsilon, "repetition": 0, "metric": metric,
+                "value": value}
+
+    rows = [row("zero-shot", None, None, 20.0), row("few-shot", None, None, 40.0),  # private few-shot: not free
+            row("public 4-shot", None, None, 30.0), row("sga ε=1", "sga", 1.0, 25.0),
+            row("sga ε=3", "sga", 3.0, 31.0), row("sga ε=∞", "sga", sweep.INF, 10.0),
+            row("ksa-ptr ε=1", "ksa-ptr", 1.0, 100.0, "ptr_passed_%")]
+    assert free_baselines_ahead(summarize(rows)) == ["sga ε=1: rougeL 25.00 < public 4-shot 30.00"]
+    assert free_baselines_ahead(summarize([r for r in rows if r["setting"] != "public 4-shot"])) == []

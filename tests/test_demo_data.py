@@ -175,3 +175,16 @@ def test_the_demos_few_shot_baselines_show_each_querys_nearest_tickets_nearest_l
                                           cfg.method.teachers, cfg.method.public_shot_count, "key",
                                           ranked[i].tolist(), cfg.method.public_fewshot)
         assert flow_prompts[-1] == prompts["public few-shot"][i]
+
+
+def test_the_demos_thread_count_holds_within_and_is_restored_after_an_error():
+    """`dpicl demo` finds the alternatives' nearest tickets on every core, then gives generation its one thread back."""
+    import torch
+
+    from dpicl.demo.run import torch_threads
+
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError, match="inside"), torch_threads(before + 1):
+        assert torch.get_num_threads() == before + 1
+        raise RuntimeError("inside")
+    assert torch.get_num_threads() == before

@@ -12,7 +12,10 @@ bundled reference summaries (ROUGE-L) and counts the planted canaries in the ans
 from __future__ import annotations
 
 import json
+import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -72,6 +75,19 @@ def stored_public_fewshot(con, cfg, queries: list[str]) -> list[str] | None:
     return [get_artifact(con, feature_keys(cfg, query, None)["public_outputs"])[-1] for query in queries]
 
 
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to `count` within (process-wide: only where nothing else runs), restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def rouge_l(answers: list[str], references: list[str]) -> float:
     """Mean ROUGE-L F1 (0–100) of `answers` against their references."""
     from dpicl.metrics import rouge
@@ -129,7 +145,8 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
     console.print(f"the alternatives: zero-shot and {NONPRIVATE_SHOTS}-shot answers from the most similar public "
                   f"tickets (free), and {NONPRIVATE_SHOTS}-shot answers from the most similar private tickets "
                   "(non-private: what a careless deployment would release)")
-    prompts = baseline_prompts(cfg, private, public, [text for text, _ in answered])
+    with torch_threads(os.cpu_count() or 1):  # the flow is done: its nearest tickets found on every core
+        prompts = baseline_prompts(cfg, private, public, [text for text, _ in answered])
     if public_fewshot is not None:  # generated once, by the flow
         del prompts["public few-shot"]
     params = greedy_params(cfg)

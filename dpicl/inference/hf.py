@@ -96,9 +96,10 @@ class HFBackend:
 
     `decode_rows` (default 1): greedy prompts that run alone are prefilled alone and then decoded up to this many at
     a time, the rows kept apart (`own_rows`): one read of the weights per step for the group instead of per prompt.
-    A call has at least `parallel_prompts` groups where it has prompts enough (`own_rows.row_groups`). Greedy public
-    prompts then decode in such groups too, in token order, with each beginning they share prefilled once
-    (`prefix_tree`: the demo's public teachers show several queries the same public ticket).
+    A call has as many groups for each of the `parallel_prompts` threads where it has prompts enough
+    (`own_rows.row_groups`). Greedy public prompts then decode in such groups too, in token order, with each
+    beginning they share prefilled once (`prefix_tree`: the demo's public teachers show several queries the same
+    public ticket).
     """
 
     name = "hf"
@@ -215,9 +216,7 @@ class HFBackend:
         if self.batch_invariant and not public:
             return [[i] for i in range(len(ids))]
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
-        count = -(-len(order) // self.batch_size)
-        count = min(len(order), -(-count // workers) * workers)
-        return [order[group.start:group.stop] for group in row_groups(len(order), self.batch_size, count)]
+        return [order[group.start:group.stop] for group in row_groups(len(order), self.batch_size, workers)]
 
     def _pad(self, ids: list[list[int]]):
         """A left-padded batch (`input_ids`, `attention_mask`) on the model's device."""

@@ -107,9 +107,11 @@ AttentionMaskInterface.register(OWN_ROWS, sdpa_mask)
 
 def row_groups(prompts: int, rows: int, workers: int) -> list[range]:
     """The groups a call of `prompts` prompts decodes in: consecutive prompts in input order, at most `rows` each,
-    at least `workers` groups where there are prompts enough (so every worker thread has one), their sizes within
-    one of each other. A function of the call's length and the settings alone: public."""
-    count = max(-(-prompts // rows), min(workers, prompts))
+    their sizes within one of each other, and as many groups for every worker thread where there are prompts
+    enough (a fifth group of five would keep one thread busy alone while the other waits). A function of the call's
+    length and the settings alone: public."""
+    needed = -(-prompts // rows)
+    count = min(-(-needed // workers) * workers, prompts)  # `needed` rounded up to a multiple of `workers`
     size, larger = divmod(prompts, count) if count else (0, 0)
     bounds = [0]
     for group in range(count):

@@ -254,8 +254,10 @@ def test_row_groups_cover_the_call_in_order_within_the_limits(prompts, rows, wor
     assert [i for group in groups for i in group] == list(range(prompts))  # consecutive, in input order, all
     assert all(0 < len(group) <= rows for group in groups)
     assert len(groups) >= min(workers, prompts)  # a group for every worker thread while prompts last
-    # no more groups than needed: one fewer would not hold the prompts, or would leave a worker without one
-    assert (len(groups) - 1) * rows < prompts or len(groups) <= min(workers, prompts)
+    # as many groups for every worker (no thread left alone with the last one), unless there are fewer prompts
+    assert len(groups) % workers == 0 or len(groups) == prompts
+    # no more groups than needed: a round fewer would not hold the prompts
+    assert (len(groups) - workers) * rows < prompts or len(groups) == prompts
     assert max(map(len, groups), default=0) - min(map(len, groups), default=0) <= 1  # balanced
 
 

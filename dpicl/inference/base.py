@@ -25,7 +25,8 @@ class GenerationParams:
     `stop` strings end an answer (applied after leading whitespace, see `postprocess`); `seed` makes sampling
     reproducible for the same prompts and batch composition. `public_prompts`: no prompt of the call holds a
     private record (zero-shot prompts, public demonstrations), so a batch-invariant backend may still batch them
-    with each other: batch invariance (privacy invariant 10) protects private prompts only.
+    with each other: batch invariance (privacy invariant 10) protects private prompts only. `empty_answers`: the
+    model may end an answer before its first visible character (otherwise a backend that can keeps it going).
     """
 
     max_new_tokens: int = 64
@@ -34,6 +35,7 @@ class GenerationParams:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     public_prompts: bool = False
+    empty_answers: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):

@@ -32,13 +32,21 @@ import copy
 import gc
 import inspect
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StoppingCriteria, StoppingCriteriaList
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    DynamicCache,
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from dpicl.inference.base import GenerationParams, check_variants, has_stop, postprocess, token_id_tuple
 from dpicl.inference.dtypes import resolve_dtype
@@ -488,6 +496,9 @@ class HFBackend:
         if params.stop:
             stopper = _StopStrings(self.tokenizer, params.stop, prompt_len)
             kwargs["stopping_criteria"] = StoppingCriteriaList([stopper])
+        if not params.empty_answers:
+            kwargs["logits_processor"] = LogitsProcessorList([_NoEmptyAnswer(self._blank_answer, self.eos_token_ids,
+                                                                              prompt_len)])
         if params.public_prompts and prompt_len > 1 and len({tuple(row) for row in ids}) < len(ids):
             kwargs.update(with_cache(self.model, self._shared_prefill(ids, enc)))
         else:
@@ -525,9 +536,18 @@ class HFBackend:
             return bool(params.stop) and has_stop(self.tokenizer.decode(tokens, skip_special_tokens=True),
                                                   params.stop)
 
-        rows = decode_group(self.model, ids, params.max_new_tokens, done, shared_prefixes)
+        eos = tuple(self.eos_token_ids)
+
+        def banned(tokens: list[int]) -> tuple[int, ...]:
+            return eos if not params.empty_answers and self._blank_answer(tokens) else ()
+
+        rows = decode_group(self.model, ids, params.max_new_tokens, done, shared_prefixes, banned)
         return [(self.tokenizer.decode(tokens, skip_special_tokens=True),
                  len(tokens) >= params.max_new_tokens and not ended.intersection(tokens)) for tokens in rows]
+
+    def _blank_answer(self, tokens) -> bool:
+        """Whether generated `tokens` (a list or a 1-d tensor) show nothing yet: no text but whitespace."""
+        return not self.tokenizer.decode(tokens, skip_special_tokens=True).strip()
 
     def close(self) -> None:
         """Free the model's memory (and the kept KV caches); the backend cannot generate or score afterwards."""
@@ -536,6 +556,25 @@ class HFBackend:
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+class _NoEmptyAnswer(LogitsProcessor):
+    """Masks the end-of-sequence tokens of every row whose answer shows nothing yet (`GenerationParams.empty_answers`
+    false), from that row's own tokens alone."""
+
+    def __init__(self, blank, eos: Iterable[int], prompt_len: int) -> None:
+        self.blank = blank
+        self.eos = sorted(eos)
+        self.prompt_len = prompt_len
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        rows = [row for row in range(input_ids.shape[0]) if self.blank(input_ids[row, self.prompt_len:])]
+        if not rows:
+            return scores
+        scores = scores.clone()
+        scores[torch.tensor(rows, device=scores.device)[:, None], torch.tensor(self.eos, device=scores.device)] = \
+            float("-inf")
+        return scores
 
 
 class _StopStrings(StoppingCriteria):

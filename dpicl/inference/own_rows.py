@@ -36,7 +36,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from dpicl.inference.kv_cache import GrowingLayer, growing_cache, with_cache
-from dpicl.inference.prefix_tree import prefill_tree
+from dpicl.inference.prefix_tree import greedy_token, prefill_tree
 
 # The attention implementation a model is loaded with when it decodes groups (`HFBackend(decode_rows > 1)`).
 OWN_ROWS = "dpicl_own_rows"
@@ -139,27 +139,32 @@ def stacked_cache(config, caches: Sequence[DynamicCache]) -> tuple[DynamicCache,
     return stacked, mask
 
 
-def prefill_alone(model, ids: Sequence[Sequence[int]]) -> tuple[list[DynamicCache], list[int]]:
-    """Each prompt's KV cache and greedy next token, each prompt prefilled alone in its own shape."""
+def prefill_alone(model, ids: Sequence[Sequence[int]],
+                  banned: Sequence[int] = ()) -> tuple[list[DynamicCache], list[int]]:
+    """Each prompt's KV cache and greedy next token (not one of `banned`), each prompt prefilled alone in its own
+    shape."""
     caches, tokens = [], []
     for row in ids:
         cache = DynamicCache(config=model.config)
         out = model(input_ids=torch.tensor([list(row)], device=model.device), **with_cache(model, cache),
                     use_cache=True, logits_to_keep=1)
         caches.append(cache)
-        tokens.append(int(out.logits[0, -1].argmax()))
+        tokens.append(greedy_token(out.logits[0, -1], banned))
     return caches, tokens
 
 
 def decode_group(model, ids: Sequence[Sequence[int]], max_new_tokens: int,
-                 done: Callable[[list[int]], bool], shared_prefixes: bool = False) -> list[list[int]]:
+                 done: Callable[[list[int]], bool], shared_prefixes: bool = False,
+                 banned: Callable[[list[int]], Sequence[int]] = lambda tokens: ()) -> list[list[int]]:
     """Each prompt's greedy tokens: prefilled alone (or, `shared_prefixes`, each beginning that prompts share
     prefilled once: `prefix_tree`, for rows that may mix only), then decoded together with the others of the group,
-    until `done(tokens)` (EOS, a stop string) or `max_new_tokens`. `model` must use `OWN_ROWS` attention."""
+    until `done(tokens)` (EOS, a stop string) or `max_new_tokens`; a row's next token is never one of
+    `banned(its tokens so far)` (a function of that row alone). `model` must use `OWN_ROWS` attention."""
     if shared_prefixes and not _ROWS_MAY_MIX.get():
         raise ValueError("shared prefixes make a prompt's results depend on the others: only for rows that may mix")
     device = model.device
-    caches, first = prefill_tree(model, ids) if shared_prefixes else prefill_alone(model, ids)
+    prefill = prefill_tree if shared_prefixes else prefill_alone
+    caches, first = prefill(model, ids, banned([]))
     tokens = [[token] for token in first]
     finished = [done(t) for t in tokens]
     if all(finished):
@@ -186,7 +191,11 @@ def decode_group(model, ids: Sequence[Sequence[int]], max_new_tokens: int,
                         use_cache=True, logits_to_keep=1)
         finally:
             _FINISHED_ROWS.reset(step)
-        last = out.logits[:, -1].argmax(-1, keepdim=True)
+        logits = out.logits[:, -1]
+        for row, prompt in enumerate(active):  # each row's own exclusions, from its own tokens
+            if not finished[prompt] and (excluded := banned(tokens[prompt])):
+                logits[row, list(excluded)] = float("-inf")
+        last = logits.argmax(-1, keepdim=True)
         position = position + 1
         for prompt, token in zip(active, last[:, 0].tolist()):
             if not finished[prompt]:

@@ -23,6 +23,13 @@ from transformers import DynamicCache
 from dpicl.inference.kv_cache import with_cache
 
 
+def greedy_token(logits: torch.Tensor, banned: Sequence[int] = ()) -> int:
+    """The most likely token of one row's next-token `logits`, the `banned` tokens left out."""
+    if banned:
+        logits = logits.index_fill(0, torch.tensor(list(banned), device=logits.device), float("-inf"))
+    return int(logits.argmax())
+
+
 def shared_prefix_length(rows: Sequence[Sequence[int]], start: int = 0) -> int:
     """How many tokens all `rows` begin with (they are known to share the first `start`)."""
     first, shortest = rows[0], min(len(row) for row in rows)
@@ -32,9 +39,10 @@ def shared_prefix_length(rows: Sequence[Sequence[int]], start: int = 0) -> int:
     return shortest
 
 
-def prefill_tree(model, rows: Sequence[Sequence[int]]) -> tuple[list[DynamicCache], list[int]]:
-    """Each row's KV cache (all its tokens) and its greedy next token, each run of tokens that rows share after a
-    common beginning prefilled once. Rows must not be empty."""
+def prefill_tree(model, rows: Sequence[Sequence[int]],
+                 banned: Sequence[int] = ()) -> tuple[list[DynamicCache], list[int]]:
+    """Each row's KV cache (all its tokens) and its greedy next token (not one of `banned`), each run of tokens that
+    rows share after a common beginning prefilled once. Rows must not be empty."""
     if any(len(row) == 0 for row in rows):
         raise ValueError("prefill_tree needs at least one token in every row")
     caches: list[DynamicCache | None] = [None] * len(rows)
@@ -52,7 +60,8 @@ def prefill_tree(model, rows: Sequence[Sequence[int]]) -> tuple[list[DynamicCach
         ending = [i for i in members if len(rows[i]) == end]
         takers = len(ending) + len(groups)
         for n, i in enumerate(ending):
-            caches[i], tokens[i] = cache if n == takers - 1 else copy.deepcopy(cache), int(out.logits[0, -1].argmax())
+            caches[i] = cache if n == takers - 1 else copy.deepcopy(cache)
+            tokens[i] = greedy_token(out.logits[0, -1], banned)
         for n, group in enumerate(groups, start=len(ending)):
             pending.append((group, end, cache if n == takers - 1 else copy.deepcopy(cache)))
     return caches, tokens  # type: ignore[return-value]

@@ -14,7 +14,7 @@ def greedy_params(cfg) -> GenerationParams:
     """The run's generation settings (greedy unless the config says otherwise)."""
     gen = cfg.generation
     return GenerationParams(max_new_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p,
-                            stop=tuple(gen.stop))
+                            stop=tuple(gen.stop), empty_answers=gen.empty_answers)
 
 
 def label_votes(backend, prompts: list[str], cfg, queries: Sequence[str] | None = None) -> list[int]:

@@ -223,6 +223,8 @@ class VLLMBackend(TokenizerText):
         before it looks for stops (small models often open with a newline). A completion that stopped inside its
         leading whitespace goes on from where it stopped (its prompt and tokens so far are a prefix-cache hit)
         until it stops after it or has `max_new_tokens`: the tokens `hf` generates, without generating them again.
+        So does one that ended at EOS before its first visible character, unless `params.empty_answers` (as `hf`,
+        which masks EOS until then).
         """
         tokens: list[list[int]] = [[] for _ in ids]
         truncated = [False] * len(ids)
@@ -239,9 +241,15 @@ class VLLMBackend(TokenizerText):
             for group, out in zip(groups, outs, strict=True):
                 for j, i in enumerate(group):
                     done = out.outputs[0 if params.greedy else j]
-                    tokens[i] += done.token_ids
+                    # ended by EOS with nothing shown yet, where answers may not be empty: on without that EOS
+                    blank_end = (not params.empty_answers and not done.text.strip() and done.finish_reason == "stop"
+                                 and done.stop_reason is None)
+                    new = list(done.token_ids)
+                    while blank_end and new and new[-1] in self.eos_token_ids:
+                        new.pop()
+                    tokens[i] += new
                     truncated[i] = done.finish_reason == "length"
-                    if (len(tokens[i]) < params.max_new_tokens and stopped_in_leading_whitespace(
+                    if len(tokens[i]) < params.max_new_tokens and (blank_end or stopped_in_leading_whitespace(
                             done.text, done.finish_reason, done.stop_reason, params.stop)):
                         going_on.append(i)
             todo, round_ = sorted(going_on), round_ + 1
@@ -249,6 +257,8 @@ class VLLMBackend(TokenizerText):
 
     def _sampling(self, params: GenerationParams, seed: int | None, max_tokens: int, n: int = 1):
         common: dict[str, Any] = dict(max_tokens=max_tokens, stop=list(params.stop) or None, seed=seed, n=n)
+        if not params.empty_answers:  # no EOS (nor stop) as a completion's first token: see `_complete` for later ones
+            common.update(min_tokens=1)
         if params.greedy:
             common.update(temperature=0.0)
         else:

@@ -58,7 +58,8 @@ class ESA(EnsembleMethod):
         """How the public zero-shot candidates are sampled, and how many per query."""
         m = cfg.method
         params = GenerationParams(max_new_tokens=cfg.generation.max_new_tokens, temperature=m.candidate_temperature,
-                                  top_p=m.candidate_top_p, stop=tuple(cfg.generation.stop), public_prompts=True)
+                                  top_p=m.candidate_top_p, stop=tuple(cfg.generation.stop), public_prompts=True,
+                                  empty_answers=cfg.generation.empty_answers)
         return params, m.candidates
 
     def sample_candidates(self, cfg, backend, zero_shot: list[str], progress: bool = False) -> list[list[str]]:

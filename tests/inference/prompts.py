@@ -10,3 +10,8 @@ LONG = (
     "Summarize the above dialogue:"
 )
 LIST = "Here is a list of fruits:\n1. Apple\n2."
+# SmolLM2-135M-Instruct's most likely first token after this one is its end-of-sequence token: an empty answer
+SILENT = (
+    "You are a doctor, please answer the medical questions based on the patient's description.\n\nQuestion: Hi "
+    "doctor, I have had a headache for two days and I feel dizzy when I stand up. What should I do?\nAnswer:"
+)

@@ -10,7 +10,7 @@ import pytest
 from dpicl.inference import Backend, GenerationParams, load_backend
 from dpicl.inference.base import LabelScorer, supports
 from tests.inference.device import DEVICE
-from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
+from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT, SILENT
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 
@@ -73,6 +73,36 @@ def test_stop_strings_cut_after_leading_whitespace(backend):
     assert cut == full.split("\n")[0].strip()
     two = backend.generate([LIST, MEDIUM], GenerationParams(max_new_tokens=24, stop=("\n", ".")))
     assert all(out and "\n" not in out and "." not in out for out in two)
+
+
+def test_the_silent_prompts_most_likely_first_token_ends_the_answer(backend):
+    """The premise of the tests below: left alone, SmolLM2 answers SILENT with nothing."""
+    import torch
+
+    with torch.inference_mode():
+        logits = backend.model(**backend.tokenizer(SILENT, return_tensors="pt").to(backend.device)).logits[0, -1]
+    assert int(logits.argmax()) in backend.eos_token_ids
+
+
+@pytest.mark.parametrize("params", [
+    GenerationParams(max_new_tokens=12, stop=("\n",)),
+    GenerationParams(max_new_tokens=12, stop=("\n",), public_prompts=True),
+    GenerationParams(max_new_tokens=12, stop=("\n",), temperature=0.7, seed=1),
+], ids=["greedy", "public", "sampled"])
+def test_an_answer_does_not_end_before_it_shows_something(backend, params):
+    """`empty_answers: false` (the default): the end-of-sequence token is masked while an answer is blank, in every
+    row of a batch (the silent prompt between others, and twice in a public batch: one shared prefill)."""
+    prompts = [SHORT, SILENT, MEDIUM, SILENT]
+    answers = backend.generate(prompts, params)
+    assert all(answer.strip() for answer in answers)
+    assert answers[1:2] == backend.generate([SILENT], params)  # as alone
+
+
+def test_empty_answers_lets_the_model_end_at_once(backend):
+    """The counter-example the setting exists for: greedy, SILENT's answer is empty when the model may end it."""
+    params = GenerationParams(max_new_tokens=12, stop=("\n",), empty_answers=True)
+    assert backend.generate([SHORT, SILENT], params)[1] == ""
+    assert backend.generate([SILENT], replace(params, public_prompts=True)) == [""]
 
 
 def test_stop_criteria_stops_generation_early(backend):

@@ -27,7 +27,7 @@ from dpicl.inference.own_rows import (
 )
 from dpicl.inference.prefix_tree import prefill_tree
 from tests.inference.device import DEVICE
-from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
+from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT, SILENT
 
 GREEDY = GenerationParams(max_new_tokens=24)
 OTHERS = ["Hi", LONG * 2, LONG * 5]  # the middle row of the group: 2, about 140 and about 350 tokens
@@ -178,6 +178,20 @@ def test_grouped_answers_are_the_one_at_a_time_answers(grouped, hf_reference):
     prompts = [SHORT, MEDIUM, LIST, LONG]  # groups of three and one
     params = GenerationParams(max_new_tokens=16, stop=("\n",))
     assert grouped.generate(prompts, params) == hf_reference.generate(prompts, params)
+
+
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.parametrize("public", [False, True])
+def test_grouped_rows_do_not_end_blank_and_answer_as_one_at_a_time(grouped, hf_reference, public):
+    """The end-of-sequence token masked while a row's answer is blank, from its own tokens: the silent prompt in a
+    group answers as alone, and answers nothing when `empty_answers` lets it (the prefill's first token too)."""
+    prompts = [SILENT, SHORT, MEDIUM, SILENT]  # groups of three and one
+    params = GenerationParams(max_new_tokens=12, stop=("\n",), public_prompts=public)
+    answers = grouped.generate(prompts, params)
+    assert answers == hf_reference.generate(prompts, replace(params, public_prompts=False))
+    assert answers[0] and answers[3] == answers[0]
+    assert grouped.generate(prompts, replace(params, empty_answers=True))[0::3] == ["", ""]
 
 
 @pytest.mark.slow

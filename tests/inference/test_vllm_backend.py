@@ -13,7 +13,7 @@ import pytest
 from dpicl.inference import Backend, GenerationParams
 from dpicl.inference.base import LabelScorer, TokenScorer, postprocess, require, supports
 from tests.inference.conftest import require_vllm
-from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT
+from tests.inference.prompts import LIST, LONG, MEDIUM, SHORT, SILENT
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.model]
 
@@ -133,6 +133,15 @@ def test_a_completion_stopped_in_its_whitespace_goes_on_within_max_new_tokens(vl
         assert ours == hf_reference.generate([MEDIUM, LIST], params)
         assert all(n <= tokens for n in vllm_backend.count_tokens(ours))
     assert vllm_backend.generate([MEDIUM], GenerationParams(max_new_tokens=1, stop=("\n",))) == [""]
+
+
+def test_an_answer_does_not_end_before_it_shows_something(vllm_backend, hf_reference):
+    """SILENT's first token would be EOS: with `empty_answers` false (the default) the answer goes on, as hf's does;
+    with it true it is empty."""
+    params = GenerationParams(max_new_tokens=12, stop=("\n",))
+    ours = vllm_backend.generate([SHORT, SILENT, MEDIUM], params)
+    assert ours[1] and ours == hf_reference.generate([SHORT, SILENT, MEDIUM], params)
+    assert vllm_backend.generate([SILENT], replace(params, empty_answers=True)) == [""]
 
 
 def test_copies_of_a_prompt_are_one_request_prefilled_once(vllm_backend):

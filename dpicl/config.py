@@ -171,9 +171,9 @@ class GenerationConfig(_Strict):
     temperature: float = Field(0.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     stop: list[str] = ["\n"]
-    # false: an answer does not end before its first visible character (the `hf` backend masks the end-of-sequence
-    # token until then, vLLM for the first token): instruction-tuned models often end at once after an "Answer:"
-    # cue, an empty answer. True: answers end wherever the model ends them
+    # false: an answer does not end before its first visible character (`hf` and `vllm` keep the end-of-sequence
+    # token from ending it until then; `openai` cannot): instruction-tuned models often end at once after an
+    # "Answer:" cue, an empty answer. True: answers end wherever the model ends them (docs/ops/backends.md)
     empty_answers: bool = False
 
 

@@ -496,7 +496,7 @@ class HFBackend:
         if params.stop:
             stopper = _StopStrings(self.tokenizer, params.stop, prompt_len)
             kwargs["stopping_criteria"] = StoppingCriteriaList([stopper])
-        if not params.empty_answers:
+        if not params.empty_answers and self.eos_token_ids:
             kwargs["logits_processor"] = LogitsProcessorList([_NoEmptyAnswer(self._blank_answer, self.eos_token_ids,
                                                                               prompt_len)])
         if params.public_prompts and prompt_len > 1 and len({tuple(row) for row in ids}) < len(ids):

@@ -249,7 +249,8 @@ class VLLMBackend(TokenizerText):
                         new.pop()
                     tokens[i] += new
                     truncated[i] = done.finish_reason == "length"
-                    if len(tokens[i]) < params.max_new_tokens and (blank_end or stopped_in_leading_whitespace(
+                    # (`new` empty: the engine gave EOS alone despite `min_tokens`; going on would loop)
+                    if len(tokens[i]) < params.max_new_tokens and (blank_end and new or stopped_in_leading_whitespace(
                             done.text, done.finish_reason, done.stop_reason, params.stop)):
                         going_on.append(i)
             todo, round_ = sorted(going_on), round_ + 1

@@ -99,6 +99,9 @@ def get_run(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | Non
         return None
     run = dict(zip([column[0] for column in result.description], row))
     run["config"] = json.loads(run["config"])
+    generation = run["config"].get("generation")
+    if isinstance(generation, dict):  # stored before `empty_answers` existed: its answers could end blank
+        generation.setdefault("empty_answers", True)
     return run
 
 

@@ -95,7 +95,8 @@ def test_an_answer_does_not_end_before_it_shows_something(backend, params):
     prompts = [SHORT, SILENT, MEDIUM, SILENT]
     answers = backend.generate(prompts, params)
     assert all(answer.strip() for answer in answers)
-    assert answers[1:2] == backend.generate([SILENT], params)  # as alone
+    if params.greedy:  # a sampled row draws from its place's stream: alone it is another draw
+        assert answers[1:2] == backend.generate([SILENT], params)
 
 
 def test_empty_answers_lets_the_model_end_at_once(backend):

@@ -175,7 +175,7 @@ def test_public_answers_with_the_padded_product_are_the_one_at_a_time_answers(gr
 @pytest.mark.slow
 @pytest.mark.model
 def test_grouped_answers_are_the_one_at_a_time_answers(grouped, hf_reference):
-    prompts = [SHORT, MEDIUM, LIST, LONG]  # groups of three and one
+    prompts = [SHORT, MEDIUM, LIST, LONG]  # two groups of two
     params = GenerationParams(max_new_tokens=16, stop=("\n",))
     assert grouped.generate(prompts, params) == hf_reference.generate(prompts, params)
 
@@ -186,12 +186,37 @@ def test_grouped_answers_are_the_one_at_a_time_answers(grouped, hf_reference):
 def test_grouped_rows_do_not_end_blank_and_answer_as_one_at_a_time(grouped, hf_reference, public):
     """The end-of-sequence token masked while a row's answer is blank, from its own tokens: the silent prompt in a
     group answers as alone, and answers nothing when `empty_answers` lets it (the prefill's first token too)."""
-    prompts = [SILENT, SHORT, MEDIUM, SILENT]  # groups of three and one
+    prompts = [SILENT, SHORT, MEDIUM, SILENT]  # two groups of two
     params = GenerationParams(max_new_tokens=12, stop=("\n",), public_prompts=public)
     answers = grouped.generate(prompts, params)
     assert answers == hf_reference.generate(prompts, replace(params, public_prompts=False))
     assert answers[0] and answers[3] == answers[0]
     assert grouped.generate(prompts, replace(params, empty_answers=True))[0::3] == ["", ""]
+
+
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.parametrize("public", [False, True])
+def test_a_rows_banned_tokens_bind_that_row_alone_at_any_step(grouped, public):
+    """`decode_group`'s `banned`, at a later step and after a finished row has left (rows that may mix): the two
+    copies of SHORT may not take their third greedy token, the other rows decode as if nothing were banned."""
+    ids = grouped._encode([SHORT, MEDIUM, LIST, SHORT])
+    with torch.inference_mode():
+        medium_first = decode_group(grouped.model, ids[1:2], 1, lambda tokens: False)[0][0]
+
+    def run(banned=lambda tokens: ()) -> list[list[int]]:
+        def done(tokens: list[int]) -> bool:  # MEDIUM's row finishes after two tokens
+            return len(tokens) >= 2 and tokens[0] == medium_first
+
+        with torch.inference_mode(), own_rows.rows_may_mix(public):
+            return decode_group(grouped.model, ids, 6, done, public, banned)
+
+    free = run()
+    target = free[0]
+    assert free[3] == target and len(free[1]) == 2 and len(target) == 6
+    got = run(lambda tokens: (target[2],) if tokens == target[:2] else ())
+    assert got[0][:2] == target[:2] and got[0][2] != target[2] and got[3] == got[0]
+    assert got[1] == free[1] and got[2] == free[2]
 
 
 @pytest.mark.slow
@@ -236,7 +261,8 @@ def test_only_public_rows_leave_their_group_when_finished(grouped, hf_reference,
     with the one-at-a-time answers, and its shared beginnings are prefilled once (`prefill_tree`); a private group
     keeps its public shape, however many of its rows are done, and its prompts are prefilled alone."""
     trees = []
-    monkeypatch.setattr(own_rows, "prefill_tree", lambda model, rows: trees.append(rows) or prefill_tree(model, rows))
+    monkeypatch.setattr(own_rows, "prefill_tree",
+                        lambda model, rows, banned=(): trees.append(rows) or prefill_tree(model, rows, banned))
     prompts = [SHORT, MEDIUM, LIST, LONG] * 2
     params = GenerationParams(max_new_tokens=20, stop=("\n",))
     private = step_sizes(grouped, prompts, params)
@@ -271,7 +297,7 @@ def test_row_groups_cover_the_call_in_order_within_the_limits(prompts, rows, wor
     # as many groups for every worker (no thread left alone with the last one), unless there are fewer prompts
     assert len(groups) % workers == 0 or len(groups) == prompts
     # no more groups than needed: a round fewer would not hold the prompts
-    assert (len(groups) - workers) * rows < prompts or len(groups) == prompts
+    assert (len(groups) - workers) * rows < prompts
     assert max(map(len, groups), default=0) - min(map(len, groups), default=0) <= 1  # balanced
 
 

@@ -76,6 +76,15 @@ def test_runs(con):
         finish_run(con, "nope", "failed")
 
 
+def test_a_run_stored_before_empty_answers_existed_reads_as_letting_answers_end_blank(con):
+    """Its outputs were generated when the model could end an answer at once: a rerun must not take them for outputs
+    of today's default (`generation.empty_answers: false`), nor regenerate its public outputs that way."""
+    create_run(con, "old", "esa", "tiny", "bl", {"generation": {"max_new_tokens": 8}}, None)
+    create_run(con, "new", "esa", "tiny", "bl", {"generation": {"max_new_tokens": 8, "empty_answers": False}}, None)
+    assert get_run(con, "old")["config"]["generation"] == {"max_new_tokens": 8, "empty_answers": True}
+    assert get_run(con, "new")["config"]["generation"]["empty_answers"] is False
+
+
 def test_query_status_and_counts(con, tmp_path):
     path = write(tmp_path, "b.csv", "id,q\nq1,a\nq2,b\nq3,c\n")
     ingest_queries(con, path, "bl", FieldMap(id="id", input="q", output=None))

@@ -25,7 +25,7 @@ RECOMMENDATIONS = (
         "SAMSum, ε = 3, 24 + 24 four-shot teachers: ROUGE-L 26.5 against 17.7 zero-shot and 22.9 public few-shot "
         "(100 dialogues, 3 repetitions); with 10 or 6 one-shot teachers not above the free public 4-shot answer: "
         "demo tickets, ε = 4: 41.7 ± 3.3 against 21.8 zero-shot and 42.1 public 4-shot (3 repetitions; 30.3 with "
-        "random public demonstrations), ChatDoctor, ε = 3: 13.1 against 16.3 (30 questions): compare with it "
+        "random public demonstrations), ChatDoctor, ε = 3: 14.2 against 16.3 (30 questions): compare with it "
         "first; ksa-public, with its task prompt, as good at ε = 4 on the demo tickets (40.2 ± 0.9 against SGA's "
         "40.3 ± 3.3 without `public_fewshot`, 3 repetitions), weaker at ε = 1 (37.9 against 41.3)",
         "The demo's method (`dpicl evaluate` on the demo data)"),

@@ -45,6 +45,12 @@ class EnsembleSettings(MethodSettings):
     shots: int = Field(4, ge=1)
     # Poisson rate per record and query; default teachers·shots / |private dataset| (the papers' q)
     sampling_rate: float | None = Field(None, gt=0, le=1)
+    # which of its sampled records a teacher shows: `shots` of them in a random order drawn per query (the papers),
+    # or the `shots` most similar to the query by embedding (`embedding.model`), the nearest last. Either way a
+    # function of the teacher's own sampled records and the query: one record still reaches one teacher, at no
+    # extra cost (docs/PRIVACY.md). "nearest" needs a `sampling_rate` above the default, so that each teacher
+    # samples several records to choose from (the rate is what a release is charged for)
+    private_demonstrations: Literal["random", "nearest"] = "random"
     # number of queries the budget is planned to pay for: the per-query noise is calibrated so that
     # this many releases compose to the budget's (ε, δ)
     planned_queries: int = Field(100, ge=1)
@@ -228,6 +234,14 @@ class EnsembleMethod(Method):
 
     def sampling_rate(self, settings: EnsembleSettings, facts: Facts) -> float:
         return settings.sampling_rate or default_sampling_rate(settings.teachers, settings.shots, facts.dataset_size)
+
+    def warnings(self, settings: EnsembleSettings, plan: Plan) -> list[str]:
+        if settings.private_demonstrations == "nearest" and settings.sampling_rate is None:
+            return [f"private_demonstrations: nearest at the default sampling rate ({plan.sampling_rate:.4g}: "
+                    "teachers·shots/|D|) gives each teacher about `shots` sampled records, so it has almost none "
+                    "to choose from; set method.sampling_rate to about 3 times that (each release is charged for "
+                    "the higher rate: `dpicl plan` shows the noise)"]
+        return []
 
     @abstractmethod
     def aggregate(self, cfg: Config, plan: Plan, rate: float, inputs: Mapping[str, Any], rng, paid) -> Any:

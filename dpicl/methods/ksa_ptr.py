@@ -79,14 +79,15 @@ class KSAPTR(KeywordMethod):
     def warnings(self, settings, plan):
         # a count gap is at most the teachers' number (every teacher names a word, no teacher names the next)
         if settings.teachers >= plan.passing_gap:  # the best case passes at least half the time
-            return []
+            return super().warnings(settings, plan)
         best = plan.pass_probability(settings.teachers)
         needed = math.ceil(plan.passing_gap + plan.sigma)  # more teachers raise q and the gap needed a little
         rate = f"at most {best:.1%}" if best >= 0.001 else "less than 0.1%"
-        return [f"with {settings.teachers} teachers KSA-PTR's test passes {rate} of the time at this "
-                "budget: a keyword set's count gap is at most the number of teachers, and the test needs a gap of "
-                f"{plan.passing_gap:.1f} to pass half the time; the other answers are the zero-shot ones, still "
-                f"charged. Use at least {needed} teachers, or method ksa-jem"]
+        return super().warnings(settings, plan) + [
+            f"with {settings.teachers} teachers KSA-PTR's test passes {rate} of the time at this budget: a keyword "
+            "set's count gap is at most the number of teachers, and the test needs a gap of "
+            f"{plan.passing_gap:.1f} to pass half the time; the other answers are the zero-shot ones, still "
+            f"charged. Use at least {needed} teachers, or method ksa-jem"]
 
     def plan_options(self, settings, facts):
         return {"delta0_fraction": settings.delta0_fraction, "em_epsilon": settings.em_epsilon}

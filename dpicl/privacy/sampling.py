@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -48,16 +48,23 @@ def poisson_sample(n_records: int, rate: float, rng: np.random.Generator) -> np.
 
 
 def group_into_teachers(
-    sampled_ids: Sequence[str], key: bytes, n_teachers: int, shots: int, rank_salt: str = ""
+    sampled_ids: Sequence[str], key: bytes, n_teachers: int, shots: int, rank_salt: str = "",
+    relevance: Mapping[str, float] | None = None,
 ) -> list[list[str]]:
     """Split sampled record ids into ``n_teachers`` disjoint lists of at most ``shots`` demonstrations.
 
     A teacher keeps its ``shots`` records with the smallest ``keyed_hash(key, id, "rank" + rank_salt)``, in
     that order. The salt is drawn fresh per query (data-independent), so an over-full teacher does not always
-    favour the same records. Both the teacher and the rank are functions of the id (and the salt) alone, so a teacher's list is a function of
-    (sampled ids ∩ that teacher's bucket) only: adding or removing one record changes at most the list of
-    its own teacher. Always returns exactly ``n_teachers`` lists; an empty list means that teacher answers
-    with no demonstrations, which is still a function of its own (empty) records.
+    favour the same records. Both the teacher and the rank are functions of the id (and the salt) alone, so a
+    teacher's list is a function of (sampled ids ∩ that teacher's bucket) only: adding or removing one record
+    changes at most the list of its own teacher. Always returns exactly ``n_teachers`` lists; an empty list
+    means that teacher answers with no demonstrations, which is still a function of its own (empty) records.
+
+    ``relevance`` (record id → how relevant the record is to the query): a teacher keeps instead its ``shots``
+    most relevant records, the most relevant last (next to the query), the keyed rank breaking ties. Each
+    record's relevance must be a function of that record and the query alone (an embedding of the record
+    computed on its own, never in a batch with other records); then the list is still a function of the
+    teacher's own bucket, and the argument above holds unchanged.
     """
     if shots < 1:
         raise ValueError(f"shots must be >= 1, got {shots}")
@@ -66,7 +73,11 @@ def group_into_teachers(
         teachers[t].append(rid)
     # Sorting by the keyed rank (not sample order) is what keeps the cap local to one teacher.
     rank = _RANK + rank_salt
-    return [sorted(ids, key=lambda rid: keyed_hash(key, rid, rank))[:shots] for ids in teachers]
+    if relevance is None:
+        return [sorted(ids, key=lambda rid: keyed_hash(key, rid, rank))[:shots] for ids in teachers]
+    most_relevant = [sorted(ids, key=lambda rid: (-relevance[rid], keyed_hash(key, rid, rank)))[:shots]
+                     for ids in teachers]
+    return [ids[::-1] for ids in most_relevant]
 
 
 def assign_teachers(
@@ -76,15 +87,17 @@ def assign_teachers(
     shots: int,
     rate: float,
     rng: np.random.Generator,
+    relevance: Mapping[str, float] | None = None,
 ) -> list[list[str]]:
     """Draw a fresh Poisson(``rate``) sample of ``record_ids`` and group it into teachers.
 
     Call once per query: the accountants charge every query for its own Poisson sample. See
-    :func:`group_into_teachers` for why the grouping and the cap keep one record's reach to one teacher.
+    :func:`group_into_teachers` for why the grouping and the cap keep one record's reach to one teacher, also
+    when each teacher keeps its records most relevant to the query (``relevance``).
     """
     rank_salt = rng.bytes(16).hex()
     sampled = [record_ids[i] for i in poisson_sample(len(record_ids), rate, rng)]
-    return group_into_teachers(sampled, key, n_teachers, shots, rank_salt=rank_salt)
+    return group_into_teachers(sampled, key, n_teachers, shots, rank_salt=rank_salt, relevance=relevance)
 
 
 def default_sampling_rate(n_teachers: int, shots: int, n_records: int) -> float:

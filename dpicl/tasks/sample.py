@@ -1,5 +1,6 @@
 """Stage 1 — sample: refuse what the budget cannot pay for, then draw each query's fresh Poisson
-subsample of the private pool, assigned to teachers by a keyed hash of the record (docs/ARCHITECTURE.md)."""
+subsample of the private pool, assigned to teachers by a keyed hash of the record (docs/ARCHITECTURE.md); each
+teacher keeps the records of its own that a keyed rank puts first, or those most similar to the query."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import secrets
 
 from prefect import get_run_logger, task
 
+from dpicl.embeddings.relevance import relevance
 from dpicl.privacy.accounting.events import event_from_json
 from dpicl.privacy.accounting.guard import require_paid
 from dpicl.privacy.rng import make_rng
 from dpicl.privacy.sampling import assign_teachers
-from dpicl.storage import get_dataset, load_records, recovery, set_query_status
+from dpicl.storage import get_dataset, get_queries, load_records, recovery, set_query_status
 from dpicl.storage.artifacts import artifact_key, put_artifact
 from dpicl.storage.ledger import payable_count
 from dpicl.tasks import context
@@ -36,17 +38,22 @@ def sample(db_path: str, run_id: str, query_ids: list[str]) -> dict[str, str]:
         set_query_status(con, cfg.backlog, refused, "refused_budget")
 
         dataset = get_dataset(con, cfg.private_dataset)
-        record_ids = [r.record_id for r in load_records(con, cfg.private_dataset)]
-        # the rate every subsample is drawn at is the rate the queries' events are charged at
-        rate = run.plan.sampling_rate
-        event = event_from_json(event_json)
-        require_paid(event, dataclasses.replace(event, sampling_rate=rate), what="the subsamples")
+        records = load_records(con, cfg.private_dataset)
+        queries = get_queries(con, cfg.backlog, accepted) if method.private_demonstrations == "nearest" else {}
+    scores = {}  # each query's relevance of every record, where the teachers show the nearest of theirs
+    if queries:  # no connection open while the encoder runs (other processes may be waiting for the database)
+        scores = dict(zip(queries, relevance(context.encoder(cfg), [q.input for q in queries.values()], records)))
+    record_ids = [r.record_id for r in records]
+    # the rate every subsample is drawn at is the rate the queries' events are charged at
+    rate = run.plan.sampling_rate
+    event = event_from_json(event_json)
+    require_paid(event, dataclasses.replace(event, sampling_rate=rate), what="the subsamples")
+    with context.database(db_path) as con:
         keys = {}
         for query_id in accepted:
             rng = make_rng()
-            teachers = assign_teachers(
-                record_ids, dataset["teacher_key"], method.teachers, method.shots, rate, rng
-            )
+            teachers = assign_teachers(record_ids, dataset["teacher_key"], method.teachers, method.shots, rate, rng,
+                                       scores.get(query_id))
             # a fresh draw: the key is unique per draw, never a cache hit
             key = artifact_key("sample", [], {"run_id": run_id, "query_id": query_id, "draw": secrets.token_hex(16)})
             keys[query_id] = put_artifact(

@@ -140,3 +140,41 @@ def test_a_backend_without_label_scores_is_refused_with_a_clear_error():
                                           "query_template": "{input}:", "labels": LABELS}})
     with pytest.raises(UnsupportedCapabilityError, match="text-only.*label_logprobs"):
         label_votes(TextOnly(), ["a prompt"], cfg)
+
+
+def test_nearest_private_demonstrations_show_each_teacher_its_own_records_most_similar_to_the_query(pipeline_env):
+    """`private_demonstrations: nearest`: every teacher shows records of its own hash bucket only (one record, one
+    teacher), ordered by similarity to the query, nearest last, and far more similar than a random pick would be."""
+    from dpicl.privacy.sampling import teacher_of
+    from dpicl.storage import get_dataset
+    from dpicl.storage.artifacts import _decode
+    from tests.pipeline.fakes import FakeEncoder
+
+    config, db = pipeline_env
+    _with_method(config, {"name": "esa", "candidates": 3, "private_demonstrations": "nearest",
+                          "sampling_rate": 0.5})
+    result, *_ = _run(config, db)
+    assert result["answered"] == PLANNED
+    con = connect(db, read_only=True)
+    try:
+        key = get_dataset(con, "tiny")["teacher_key"]
+        records = dict(con.execute("SELECT record_id, input FROM records WHERE dataset = 'tiny'").fetchall())
+        queries = dict(con.execute("SELECT query_id, input FROM queries WHERE backlog = 'tiny-backlog'").fetchall())
+        samples = [(query_id, _decode(fmt, payload)["teachers"]) for query_id, fmt, payload in con.execute(
+            "SELECT query_id, format, payload FROM artifacts WHERE stage = 'sample'").fetchall()]
+    finally:
+        con.close()
+    assert len(samples) == PLANNED
+    encoder, ids = FakeEncoder(), list(records)
+    percentiles = []
+    for query_id, teachers in samples:
+        # cosine of the fake embeddings, computed here independently of the code under test
+        similarity = dict(zip(ids, encoder.encode([records[i] for i in ids]) @ encoder.encode([queries[query_id]])[0]))
+        order = sorted(ids, key=similarity.get)
+        for t, shown in enumerate(teachers):
+            assert all(teacher_of([r], key, 4)[0] == t for r in shown), "a record shown by another teacher"
+            assert [similarity[r] for r in shown] == sorted(similarity[r] for r in shown), "nearest last"
+            percentiles += [order.index(r) / (len(ids) - 1) for r in shown]
+    # each teacher keeps its 2 most similar of ~7.5 sampled records: about the 80th percentile of all 60; a random
+    # pick averages the 50th (standard error about 0.05 over these ~40 records)
+    assert len(percentiles) >= 30 and sum(percentiles) / len(percentiles) > 0.68

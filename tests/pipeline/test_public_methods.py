@@ -162,11 +162,13 @@ def test_sga_with_nearest_public_demonstrations_shows_each_query_its_most_simila
 
 def test_only_public_texts_share_the_encoders_batches(public_env, fake_models, monkeypatch):
     """The encoder batches a call only when it holds public texts (the queries, the public records, the public
-    ensemble's outputs): a private teacher output is embedded alone (batch invariance, docs/PRIVACY.md)."""
+    ensemble's outputs): a private teacher output or record is embedded alone (batch invariance, docs/PRIVACY.md)."""
     from dpicl.storage.artifacts import _decode
 
     config, db, _ = public_env
-    _with_method(config, {"name": "sga", "levels": 2, "select": "top1", "public_demonstrations": "nearest"})
+    # teachers that show their nearest private records: the private inputs are embedded too, and must be alone
+    _with_method(config, {"name": "sga", "levels": 2, "select": "top1", "public_demonstrations": "nearest",
+                          "private_demonstrations": "nearest", "sampling_rate": 0.5})
     _, encoder = fake_models
     calls: list[tuple[list[str], bool]] = []
     encode = encoder.encode
@@ -181,9 +183,11 @@ def test_only_public_texts_share_the_encoders_batches(public_env, fake_models, m
         private |= {text for row in con.execute("SELECT input, output FROM records r JOIN datasets d "
                                                 "ON r.dataset = d.name WHERE d.kind = 'private'").fetchall()
                     for text in row}
+        inputs = {text for (text,) in con.execute("SELECT input FROM records WHERE dataset = 'tiny'").fetchall()}
     finally:
         con.close()
     batched = [text for texts, batch in calls if batch for text in texts]
     alone = [text for texts, batch in calls if not batch for text in texts]
     assert batched and not private.intersection(batched)
     assert private.intersection(alone), "the teacher outputs were embedded, one call apart"
+    assert inputs <= set(alone), "the private inputs were embedded (to rank them), each alone"

@@ -129,6 +129,37 @@ def test_neighbouring_samples_change_at_most_one_teacher(seed):
     assert changed in ([], [int(teacher_of([extra], KEY, n_teachers)[0])])
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_relevance_ranked_neighbours_change_at_most_one_teacher(seed):
+    # The counter-example a query-dependent choice could create: the added record is the most relevant of all,
+    # so any teacher that could see it would pick it. Only its own teacher may.
+    rng = np.random.default_rng(seed)
+    pool = ids(400)
+    relevance = {rid: float(r) for rid, r in zip(pool, rng.random(400))}
+    n_teachers, shots = int(rng.integers(1, 30)), int(rng.integers(1, 6))
+    sampled = [pool[i] for i in rng.choice(400, size=int(rng.integers(0, 200)), replace=False)]
+    extra = f"x{seed}"
+    neighbour = sampled + [extra]
+    a = group_into_teachers(sampled, KEY, n_teachers, shots, "salt", relevance)
+    b = group_into_teachers(neighbour, KEY, n_teachers, shots, "salt", {**relevance, extra: 2.0})
+    _check_group(b, neighbour, n_teachers, shots)
+    changed = [i for i in range(n_teachers) if a[i] != b[i]]
+    assert changed == [int(teacher_of([extra], KEY, n_teachers)[0])]
+    assert b[changed[0]][-1] == extra  # the most relevant, shown last (next to the query)
+
+
+def test_relevance_keeps_each_teachers_most_relevant_records_most_relevant_last():
+    pool = ids(200)
+    relevance = {rid: float(v) for rid, v in zip(pool, np.random.default_rng(3).random(200))}
+    groups = group_into_teachers(pool, KEY, 7, 3, "salt", relevance)
+    buckets = teacher_of(pool, KEY, 7)
+    for t, kept in enumerate(groups):
+        bucket = sorted((rid for rid, b in zip(pool, buckets) if b == t), key=relevance.get)
+        assert kept == bucket[-3:]  # ascending relevance: the most relevant last
+    # without relevance the keyed rank decides, and it differs from the relevance order
+    assert group_into_teachers(pool, KEY, 7, 3, "salt") != groups
+
+
 def test_assign_teachers_neighbouring_datasets_same_draws():
     # Appending a record keeps the first n uniform draws identical, so the other records' inclusion is the same.
     base, n_teachers = ids(300), 10
@@ -165,3 +196,22 @@ def test_rank_salt_varies_which_records_an_overfull_teacher_keeps():
     assert len(kept) > 10
     # and never on anything but the teacher's own records: same salt, same answer
     assert group_into_teachers(sampled, KEY, 1, 4, "ab") == group_into_teachers(sampled[::-1], KEY, 1, 4, "ab")
+
+
+@pytest.mark.parametrize("name", ["esa", "rnm", "ksa-jem", "ksa-ptr", "sga", "ksa-public"])
+def test_nearest_demonstrations_at_the_default_rate_are_warned_about(name):
+    """At the default rate each teacher samples about `shots` records: "nearest" would have nothing to choose from."""
+    from dpicl.methods import get
+    from dpicl.methods.base import Budget, Facts
+
+    method, facts, budget = get(name), Facts(dataset_size=3000), Budget(3.0, 1e-5)
+    base = {"teachers": 40, "shots": 1, "planned_queries": 20}  # enough teachers for KSA-PTR's own warning to stay away
+
+    def nearest_warnings(**settings):
+        chosen = method.Settings(**base, **settings)
+        return [w for w in method.warnings(chosen, method.plan(chosen, facts, budget)) if "nearest" in w]
+
+    (warning,) = nearest_warnings(private_demonstrations="nearest")
+    assert f"{40 / 3000:.4g}" in warning and "sampling_rate" in warning
+    assert nearest_warnings(private_demonstrations="nearest", sampling_rate=0.04) == []
+    assert nearest_warnings() == []

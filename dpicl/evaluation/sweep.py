@@ -24,6 +24,7 @@ import numpy as np
 from dpicl import methods, planning
 from dpicl.config import Config
 from dpicl.embeddings.candidates import most_similar_texts
+from dpicl.embeddings.relevance import relevance
 from dpicl.inference.teachers import greedy_params, label_votes
 from dpicl.methods.base import aggregate_as_planned
 from dpicl.metrics import evaluate as evaluate_metrics
@@ -53,6 +54,12 @@ class SweepError(ValueError):
     """The sweep's configs cannot be evaluated together."""
 
 
+def _ensemble(cfg: Config) -> tuple:
+    """What decides a config's private teachers' prompts and answers: configs of one sweep share them."""
+    return (cfg.private_dataset, cfg.backlog, cfg.task, cfg.model, cfg.generation, cfg.method.teachers,
+            cfg.method.shots, cfg.method.sampling_rate, cfg.method.private_demonstrations)
+
+
 def check_configs(configs: Sequence[Config]) -> Config:
     """The configs must share the data and the ensemble (their teachers' answers are shared); returns the first."""
     if not configs:
@@ -64,12 +71,10 @@ def check_configs(configs: Sequence[Config]) -> Config:
                              f"{', '.join(_sweepable())}; the token-level methods have benchmarks/token_level.py)")
         if not cfg.data:
             raise SweepError(f"config {cfg.name!r} lists no files under `data:`; a sweep reads its data from there")
-        same = (cfg.private_dataset, cfg.backlog, cfg.task, cfg.model, cfg.generation, cfg.method.teachers,
-                cfg.method.shots)
-        if same != (base.private_dataset, base.backlog, base.task, base.model, base.generation,
-                    base.method.teachers, base.method.shots):
+        if _ensemble(cfg) != _ensemble(base):
             raise SweepError(f"configs {base.name!r} and {cfg.name!r} differ in data, task, model, generation, "
-                             "teachers or shots; a sweep shares one ensemble between its methods")
+                             "teachers, shots, sampling_rate or private_demonstrations; a sweep shares one ensemble "
+                             "between its methods")
     publics = {(cfg.public_dataset, cfg.method.public_demonstrations, cfg.method.public_shot_count,
                 cfg.method.public_fewshot) for cfg in configs if _method(cfg).needs_public}
     if len(publics) > 1:
@@ -156,9 +161,12 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
                                     public_cfg.method.public_ranked_count)
     if groups is not None and (len(groups) != len(queries) or any(len(g) != n for g in groups)):
         raise SweepError(f"teacher groupings must give {n} teachers for each of the {len(queries)} queries")
+    scores = [None] * len(queries)  # each query's relevance of every record, where the teachers show the nearest
+    if groups is None and base.method.private_demonstrations == "nearest":
+        scores = relevance(encoder_for(base), queries, private)
     for k, query in enumerate(queries):
         shown = groups[k] if groups is not None else \
-            assign_teachers(list(by_id), teacher_key or dataset["teacher_key"], n, shots, rate, rng)
+            assign_teachers(list(by_id), teacher_key or dataset["teacher_key"], n, shots, rate, rng, scores[k])
         teacher_prompts += [render_prompt(base.task, [(by_id[i].input, by_id[i].output) for i in g], query)
                             for g in shown]
         if public and public_cfg is not None:  # the public ensemble only for the public-data methods

@@ -142,8 +142,12 @@ def test_configs_of_different_ensembles_or_token_methods_are_refused(sweep_env):
     configs, tmp = sweep_env
     esa, ksa = load_config(configs[0]), load_config(configs[1])
     other = ksa.model_copy(update={"method": ksa.method.model_copy(update={"teachers": 5})})
-    with pytest.raises(sweep.SweepError, match="teachers or shots"):
+    with pytest.raises(sweep.SweepError, match="teachers, shots"):
         sweep.check_configs([esa, other])
+    for change in ({"sampling_rate": 0.5}, {"private_demonstrations": "nearest"}):  # the teachers' samples differ
+        other = ksa.model_copy(update={"method": ksa.method.model_copy(update=change)})
+        with pytest.raises(sweep.SweepError, match="sampling_rate or private_demonstrations"):
+            sweep.check_configs([esa, other])
     mozo = Config.model_validate({"name": "m", "private_dataset": "tiny", "backlog": "tiny-backlog",
                                   "data": esa.model_dump()["data"], "method": {"name": "dps-mozo"}})
     with pytest.raises(sweep.SweepError, match="token_level"):
@@ -323,3 +327,30 @@ def test_the_report_names_the_dp_settings_a_free_answer_beats():
             row("ksa-ptr ε=1", "ksa-ptr", 1.0, 100.0, "ptr_passed_%")]
     assert free_baselines_ahead(summarize(rows)) == ["sga ε=1: rougeL 25.00 < public 4-shot 30.00"]
     assert free_baselines_ahead(summarize([r for r in rows if r["setting"] != "public 4-shot"])) == []
+
+
+def test_a_sweep_shows_each_teacher_the_records_of_its_own_nearest_the_query_as_the_pipeline_does(sweep_env):
+    from dpicl.privacy.sampling import teacher_of
+    from dpicl.prompts import render_prompt
+    from tests.pipeline.fakes import FakeBackend, FakeEncoder
+
+    configs, _ = sweep_env
+    esa = load_config(configs[0])
+    cfg = esa.model_copy(update={"method": esa.method.model_copy(update={"private_demonstrations": "nearest",
+                                                                          "sampling_rate": 1.0})})
+    data = sweep.load_benchmark([cfg], N_QUERIES)
+    backend, prompts = FakeBackend(), []
+    generate = backend.generate
+    backend.generate = lambda batch, params, progress=False: (prompts.append(list(batch)),
+                                                              generate(batch, params, progress=progress))[1]
+    ens = sweep.build_ensemble([cfg], data, backend, lambda c: FakeEncoder(), np.random.default_rng(0),
+                               teacher_key=b"k")
+    private, n, shots = data[0], cfg.method.teachers, cfg.method.shots
+    encoder, buckets = FakeEncoder(), teacher_of([r.record_id for r in private], b"k", n)
+    vectors = encoder.encode([r.input for r in private])
+    for k, query in enumerate(ens.queries):
+        similarity = vectors @ encoder.encode([query])[0]  # every record sampled (rate 1): each bucket's nearest
+        for t in range(n):
+            mine = sorted((i for i in range(len(private)) if buckets[i] == t), key=lambda i: similarity[i])[-shots:]
+            expected = render_prompt(cfg.task, [(private[i].input, private[i].output) for i in mine], query)
+            assert prompts[0][k * n + t] == expected

@@ -1,9 +1,14 @@
 """Test-wide settings: offline models, a throw-away PREFECT_HOME (set before Prefect is imported)."""
 
+import atexit
 import os
+import shutil
 import tempfile
 
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="dpicl-test-prefect-")
+# removed at exit (each xdist worker has its own, ~30 MB of Prefect's database); registered before Prefect is imported,
+# so it runs after Prefect's own exit handlers (atexit runs them last in, first out) have stopped its server
+atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
 os.environ.pop("PREFECT_API_URL", None)
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"

@@ -9,22 +9,39 @@ in its own forward pass (the encoder's batch-invariant default), never in a batc
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
 
-def relevance(encoder, queries: Sequence[str], records: Sequence) -> list[dict[str, float]]:
-    """For each query, {record id: cosine similarity of its input to the query} over the private `records`."""
+class QueryRelevance(Mapping[str, float]):
+    """{record id: cosine similarity of the record's input to one query}, computed when looked up: a teacher looks up
+    only the records of its sample, and a table of every record for every query of a batch would not fit in memory
+    at 10^5 records."""
+
+    def __init__(self, query: np.ndarray, vectors: np.ndarray, rows: Mapping[str, int]) -> None:
+        self._query, self._vectors, self._rows = query, vectors, rows
+
+    def __getitem__(self, record_id: str) -> float:
+        return float(self._vectors[self._rows[record_id]] @ self._query)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
+def relevance(encoder, queries: Sequence[str], records: Sequence) -> list[QueryRelevance]:
+    """For each query, the relevance of every private record in `records` to it."""
     vectors = _private_vectors(encoder, tuple(r.input for r in records))
+    rows = {r.record_id: i for i, r in enumerate(records)}
     # the queries may share batches: they are not the private data, and a record's score depends on the query anyway
-    scores = encoder.encode(list(queries), batched=True) @ vectors.T
-    ids = [r.record_id for r in records]
-    return [dict(zip(ids, row.tolist())) for row in scores]
+    return [QueryRelevance(query, vectors, rows) for query in encoder.encode(list(queries), batched=True)]
 
 
 @functools.lru_cache(maxsize=2)
 def _private_vectors(encoder, inputs: tuple[str, ...]) -> np.ndarray:
     """The private inputs' embeddings, each computed alone; once per process and private dataset (every batch of a
     run ranks against the same records). Kept in memory only, never stored."""
-    return encoder.encode(inputs)
+    return encoder.encode(inputs, progress=True)

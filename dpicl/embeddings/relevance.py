@@ -34,6 +34,9 @@ class QueryRelevance(Mapping[str, float]):
 
 def relevance(encoder, queries: Sequence[str], records: Sequence) -> list[QueryRelevance]:
     """For each query, the relevance of every private record in `records` to it."""
+    if getattr(encoder, "batch_invariant", False) is not True:
+        raise ValueError("private_demonstrations: nearest needs a batch-invariant encoder (each private record embedded "
+                         "alone, so that its score does not depend on other records); this one batches its texts")
     vectors = _private_vectors(encoder, tuple(r.input for r in records))
     rows = {r.record_id: i for i, r in enumerate(records)}
     # the queries may share batches: they are not the private data, and a record's score depends on the query anyway
@@ -43,5 +46,5 @@ def relevance(encoder, queries: Sequence[str], records: Sequence) -> list[QueryR
 @functools.lru_cache(maxsize=2)
 def _private_vectors(encoder, inputs: tuple[str, ...]) -> np.ndarray:
     """The private inputs' embeddings, each computed alone; once per process and private dataset (every batch of a
-    run ranks against the same records). Kept in memory only, never stored."""
+    run ranks against the same records), held for the worker process's life. In memory only, never stored."""
     return encoder.encode(inputs, progress=True)

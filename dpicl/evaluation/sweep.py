@@ -161,8 +161,11 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
                                     public_cfg.method.public_ranked_count)
     if groups is not None and (len(groups) != len(queries) or any(len(g) != n for g in groups)):
         raise SweepError(f"teacher groupings must give {n} teachers for each of the {len(queries)} queries")
+    if groups is not None and base.method.private_demonstrations == "nearest":
+        raise SweepError("the teachers' records are given (`groups`), so `private_demonstrations: nearest` would be "
+                         "ignored; use a config with `private_demonstrations: random` here")
     scores = [None] * len(queries)  # each query's relevance of every record, where the teachers show the nearest
-    if groups is None and base.method.private_demonstrations == "nearest":
+    if base.method.private_demonstrations == "nearest":
         scores = relevance(encoder_for(base), queries, private)
     for k, query in enumerate(queries):
         shown = groups[k] if groups is not None else \

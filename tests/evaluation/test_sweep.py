@@ -354,3 +354,12 @@ def test_a_sweep_shows_each_teacher_the_records_of_its_own_nearest_the_query_as_
             mine = sorted((i for i in range(len(private)) if buckets[i] == t), key=lambda i: similarity[i])[-shots:]
             expected = render_prompt(cfg.task, [(private[i].input, private[i].output) for i in mine], query)
             assert prompts[0][k * n + t] == expected
+    # an ensemble whose teachers' records are given (the membership-inference audit) cannot honour "nearest"
+    given = [[[] for _ in range(n)] for _ in ens.queries]
+    with pytest.raises(sweep.SweepError, match="private_demonstrations: nearest"):
+        sweep.build_ensemble([cfg], data, backend, lambda c: FakeEncoder(), np.random.default_rng(0), groups=given)
+    # nor can an encoder that batches the private records: one record's score would move with its neighbours
+    batching = FakeEncoder()
+    batching.batch_invariant = False
+    with pytest.raises(ValueError, match="batch-invariant encoder"):
+        sweep.build_ensemble([cfg], data, backend, lambda c: batching, np.random.default_rng(0))

@@ -60,6 +60,7 @@ class FakeBackend:
 
 class FakeEncoder:
     dim = 16
+    batch_invariant = True  # each text's vector depends on that text alone
 
     def encode(self, texts, progress=False, batched=False):
         vectors = np.zeros((len(texts), self.dim), np.float32)

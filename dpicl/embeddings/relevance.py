@@ -9,6 +9,7 @@ in its own forward pass (the encoder's batch-invariant default), never in a batc
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -32,19 +33,34 @@ class QueryRelevance(Mapping[str, float]):
         return len(self._rows)
 
 
-def relevance(encoder, queries: Sequence[str], records: Sequence) -> list[QueryRelevance]:
-    """For each query, the relevance of every private record in `records` to it."""
+def record_vectors(encoder, records: Sequence) -> np.ndarray:
+    """The private records' input embeddings (one row per record, in order), each computed alone."""
     if getattr(encoder, "batch_invariant", False) is not True:
-        raise ValueError("private_demonstrations: nearest needs a batch-invariant encoder (each private record embedded "
-                         "alone, so that its score does not depend on other records); this one batches its texts")
-    vectors = _private_vectors(encoder, tuple(r.input for r in records))
+        raise ValueError("private_demonstrations: nearest needs a batch-invariant encoder (each private record "
+                         "embedded alone, so that its score does not depend on other records); this one batches texts")
+    return _embedded_alone(encoder, tuple(r.input for r in records))
+
+
+@functools.lru_cache(maxsize=1)
+def _embedded_alone(encoder, inputs: tuple[str, ...]) -> np.ndarray:
+    """Held for the process's next call (a sweep's repetitions rank against the same records; the pipeline stores
+    them instead: dpicl/tasks/sample.py)."""
+    return encoder.encode(inputs, progress=True)
+
+
+def records_fingerprint(model: str, records: Sequence) -> str:
+    """What `record_vectors` depends on: the encoder model and each record's id and input, in order (sha256 hex)."""
+    digest = hashlib.sha256(model.encode())
+    for r in records:
+        for text in (r.record_id, r.input):
+            digest.update(len(text).to_bytes(8, "big") + text.encode())
+    return digest.hexdigest()
+
+
+def relevance(encoder, queries: Sequence[str], records: Sequence, vectors: np.ndarray) -> list[QueryRelevance]:
+    """For each query, the relevance of every private record in `records` (embedded as `vectors`) to it."""
+    if len(vectors) != len(records):
+        raise ValueError(f"{len(vectors)} record embeddings for {len(records)} records")
     rows = {r.record_id: i for i, r in enumerate(records)}
     # the queries may share batches: they are not the private data, and a record's score depends on the query anyway
     return [QueryRelevance(query, vectors, rows) for query in encoder.encode(list(queries), batched=True)]
-
-
-@functools.lru_cache(maxsize=2)
-def _private_vectors(encoder, inputs: tuple[str, ...]) -> np.ndarray:
-    """The private inputs' embeddings, each computed alone; once per process and private dataset (every batch of a
-    run ranks against the same records), held for the worker process's life. In memory only, never stored."""
-    return encoder.encode(inputs, progress=True)

@@ -24,7 +24,7 @@ import numpy as np
 from dpicl import methods, planning
 from dpicl.config import Config
 from dpicl.embeddings.candidates import most_similar_texts
-from dpicl.embeddings.relevance import relevance
+from dpicl.embeddings.relevance import record_vectors, relevance
 from dpicl.inference.teachers import greedy_params, label_votes
 from dpicl.methods.base import aggregate_as_planned
 from dpicl.metrics import evaluate as evaluate_metrics
@@ -166,7 +166,8 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
                          "ignored; use a config with `private_demonstrations: random` here")
     scores = [None] * len(queries)  # each query's relevance of every record, where the teachers show the nearest
     if base.method.private_demonstrations == "nearest":
-        scores = relevance(encoder_for(base), queries, private)
+        encoder = encoder_for(base)
+        scores = relevance(encoder, queries, private, record_vectors(encoder, private))
     for k, query in enumerate(queries):
         shown = groups[k] if groups is not None else \
             assign_teachers(list(by_id), teacher_key or dataset["teacher_key"], n, shots, rate, rng, scores[k])

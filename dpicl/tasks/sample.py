@@ -7,15 +7,16 @@ from __future__ import annotations
 import dataclasses
 import secrets
 
+import numpy as np
 from prefect import get_run_logger, task
 
-from dpicl.embeddings.relevance import relevance
+from dpicl.embeddings.relevance import record_vectors, records_fingerprint, relevance
 from dpicl.privacy.accounting.events import event_from_json
 from dpicl.privacy.accounting.guard import require_paid
 from dpicl.privacy.rng import make_rng
 from dpicl.privacy.sampling import assign_teachers
 from dpicl.storage import get_dataset, get_queries, load_records, recovery, set_query_status
-from dpicl.storage.artifacts import artifact_key, put_artifact
+from dpicl.storage.artifacts import artifact_key, get_artifacts, put_artifact
 from dpicl.storage.ledger import payable_count
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
@@ -41,8 +42,10 @@ def sample(db_path: str, run_id: str, query_ids: list[str]) -> dict[str, str]:
         records = load_records(con, cfg.private_dataset)
         queries = get_queries(con, cfg.backlog, accepted) if method.private_demonstrations == "nearest" else {}
     scores = {}  # each query's relevance of every record, where the teachers show the nearest of theirs
-    if queries:  # no connection open while the encoder runs (other processes may be waiting for the database)
-        scores = dict(zip(queries, relevance(context.encoder(cfg), [q.input for q in queries.values()], records)))
+    if queries:
+        vectors = _record_vectors(db_path, run_id, cfg, records)
+        scores = dict(zip(queries, relevance(context.encoder(cfg), [q.input for q in queries.values()], records,
+                                             vectors)))
     record_ids = [r.record_id for r in records]
     # the rate every subsample is drawn at is the rate the queries' events are charged at
     rate = run.plan.sampling_rate
@@ -61,3 +64,22 @@ def sample(db_path: str, run_id: str, query_ids: list[str]) -> dict[str, str]:
             )
     get_run_logger().info("sampled %d queries; %d refused (budget cannot pay)", len(accepted), len(refused))
     return keys
+
+
+_held: dict[str, np.ndarray] = {}  # this process's latest record embeddings, by artifact key
+
+
+def _record_vectors(db_path: str, run_id: str, cfg, records) -> np.ndarray:
+    """The private records' embeddings: computed once per dataset and encoder (each record alone, which takes minutes
+    at 10^5 records), then stored as a private artifact for every later batch, run and worker, and held in memory."""
+    key = artifact_key("record_embeddings", [], {"records": records_fingerprint(cfg.embedding.model, records)})
+    if key not in _held:
+        with context.database(db_path) as con:
+            vectors = get_artifacts(con, [key]).get(key)
+        if vectors is None:  # no connection open while the encoder runs (other processes may wait for the database)
+            vectors = record_vectors(context.encoder(cfg), records)
+            with context.database(db_path) as con:
+                put_artifact(con, key, "record_embeddings", cfg.backlog, "", vectors, private=True, run_id=run_id)
+        _held.clear()
+        _held[key] = vectors
+    return _held[key]

@@ -142,17 +142,29 @@ def test_a_backend_without_label_scores_is_refused_with_a_clear_error():
         label_votes(TextOnly(), ["a prompt"], cfg)
 
 
-def test_nearest_private_demonstrations_show_each_teacher_its_own_records_most_similar_to_the_query(pipeline_env):
+def test_nearest_private_demonstrations_show_each_teacher_its_own_records_most_similar_to_the_query(
+        pipeline_env, fake_models, monkeypatch):
     """`private_demonstrations: nearest`: every teacher shows records of its own hash bucket only (one record, one
-    teacher), ordered by similarity to the query, nearest last, and far more similar than a random pick would be."""
+    teacher), ordered by similarity to the query, nearest last, and far more similar than a random pick would be.
+    The records are embedded once, each alone, and stored privately for later batches, runs and workers."""
+    import numpy as np
+
+    from dpicl.config import load_config
     from dpicl.privacy.sampling import teacher_of
-    from dpicl.storage import get_dataset
+    from dpicl.storage import get_dataset, load_records
     from dpicl.storage.artifacts import _decode
+    from dpicl.tasks import sample as sample_task
     from tests.pipeline.fakes import FakeEncoder
 
     config, db = pipeline_env
     _with_method(config, {"name": "esa", "candidates": 3, "private_demonstrations": "nearest",
                           "sampling_rate": 0.5})
+    monkeypatch.setattr(sample_task, "_held", {})  # a fresh process
+    _, spy = fake_models
+    embedded: list[str] = []
+    encode = spy.encode
+    monkeypatch.setattr(spy, "encode", lambda texts, progress=False, batched=False: (
+        embedded.extend(texts), encode(texts, progress, batched))[1])
     result, *_ = _run(config, db)
     assert result["answered"] == PLANNED
     con = connect(db, read_only=True)
@@ -178,3 +190,20 @@ def test_nearest_private_demonstrations_show_each_teacher_its_own_records_most_s
     # each teacher keeps its 2 most similar of ~7.5 sampled records: about the 80th percentile of all 60; a random
     # pick averages the 50th (standard error about 0.05 over these ~40 records)
     assert len(percentiles) >= 30 and sum(percentiles) / len(percentiles) > 0.68
+
+    # every batch of the run (3 queries each) ranked against one embedding of each record, stored as private
+    assert sorted(t for t in embedded if t in records.values()) == sorted(records.values())
+    con = connect(db, read_only=True)
+    try:
+        (private, payload_format), = con.execute("SELECT private, format FROM artifacts "
+                                                 "WHERE stage = 'record_embeddings'").fetchall()
+        cfg = load_config(config)
+        stored = load_records(con, "tiny")
+    finally:
+        con.close()
+    assert private and payload_format == "npy"
+    # another worker process finds them stored and embeds no record again
+    monkeypatch.setattr(sample_task, "_held", {})
+    embedded.clear()
+    vectors = sample_task._record_vectors(str(db), "another-run", cfg, stored)
+    assert embedded == [] and np.allclose(vectors, FakeEncoder().encode([r.input for r in stored]))

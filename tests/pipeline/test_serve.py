@@ -239,7 +239,8 @@ def test_served_deployment_answers_queries_added_after_it_started_and_stops_on_c
             # and a caller may switch it off) fails before the flow's body runs: nothing answered, nothing charged
             rogue = client.create_flow_run_from_deployment(
                 deployment.id, parameters={"config": str(tmp_path / "other.yaml")})
-            final = wait_for(lambda: (r := client.read_flow_run(rogue.id)).state.is_final() and r, 120, 2,
+            # the served process polls, then starts the run in a subprocess: minutes on a loaded 2-core machine
+            final = wait_for(lambda: (r := client.read_flow_run(rogue.id)).state.is_final() and r, 300, 2,
                              "the run with a config of its own to end")
             assert not final.state.is_completed(), final.state
         assert len(locked(_ledger)) == 7

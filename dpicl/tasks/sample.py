@@ -71,7 +71,7 @@ _held: dict[str, np.ndarray] = {}  # this process's latest record embeddings, by
 
 def _record_vectors(db_path: str, run_id: str, cfg, records) -> np.ndarray:
     """The private records' embeddings: computed once per dataset and encoder (each record alone: about 19 SAMSum
-    dialogues a second on one core, 13 minutes for SAMSum's 14,732), then stored as a private artifact for every later
+    dialogues a second on one core, 13 minutes for SAMSum's 14,732 training ones), then stored as a private artifact for every later
     batch, run and worker, and held in memory."""
     key = artifact_key("record_embeddings", [], {"records": records_fingerprint(cfg.embedding.model, records)})
     if key not in _held:

@@ -10,6 +10,7 @@ import random
 from collections.abc import Sequence
 
 from dpicl.config import TaskConfig
+from dpicl.keywords import keywords
 
 
 def render_prompt(task: TaskConfig, demonstrations: Sequence[tuple[str, str]], query: str) -> str:
@@ -41,9 +42,24 @@ def keyword_prompt(task: TaskConfig, keyword_template: str | None, query: str, k
 def task_keyword_template(task: TaskConfig, with_example: bool = False) -> str:
     """The task's query template with "Keywords: {keywords}" on a line before its last line (the answer cue, e.g.
     "Summary:"); first, for a one-line template; after a public one-shot ``{example}`` when asked."""
-    head, newline, cue = task.query_template.rpartition("\n")
-    body = f"{head}\nKeywords: {{keywords}}\n{cue}" if newline else f"Keywords: {{keywords}}\n{cue}"
+    body = _with_keywords_line(task.query_template)
     return f"{{example}}{task.separator}{body}" if with_example else body
+
+
+def _with_keywords_line(template: str) -> str:
+    """``template`` with a "Keywords: {keywords}" line before its last line; first, for a one-line template."""
+    head, newline, last = template.rpartition("\n")
+    return f"{head}\nKeywords: {{keywords}}\n{last}" if newline else f"Keywords: {{keywords}}\n{last}"
+
+
+def keyword_demonstrations(task: TaskConfig, demonstrations: Sequence[tuple[str, str]], k: int) -> str:
+    """Public demonstrations shown with keyword hints: each with a "Keywords:" line (before its answer cue, as in
+    the default keyword prompt) naming the first ``k`` keywords of its own output: they show the model how an
+    answer uses its hints (measured against unannotated ones: docs/BENCHMARKS.md, "KSA-public after public
+    few-shot examples")."""
+    template = _with_keywords_line(task.demo_template)
+    return task.separator.join(template.format(input=inp, output=out, keywords=", ".join(keywords(out)[:k]))
+                               for inp, out in demonstrations)
 
 
 def selection_prompt(task: TaskConfig, selection_template: str, query: str, candidates: Sequence[str],
@@ -86,11 +102,16 @@ def public_ensemble(task: TaskConfig, demonstrations: Sequence[tuple[str, str]],
     if fewshot:
         if ranked is None:
             raise ValueError("the public few-shot prompt shows the query's most similar public records: pass ranked")
-        drawn.append(list(ranked[:fewshot])[::-1])
+        drawn.append(fewshot_records(ranked, fewshot))
     groups = [[demonstrations[i] for i in g] for g in drawn]
     example_input, example_output = groups[0][-1]
     return ([render_prompt(task, g, query) for g in groups],
             task.demo_template.format(input=example_input, output=example_output))
+
+
+def fewshot_records(ranked: Sequence[int], fewshot: int) -> list[int]:
+    """The public few-shot prompt's records (`public_fewshot`): the ``fewshot`` most similar, the nearest last."""
+    return list(ranked[:fewshot])[::-1]
 
 
 def public_key(public_dataset: str, query: str) -> str:

@@ -4,7 +4,7 @@ keywords on a line before its answer cue."""
 import pytest
 
 from dpicl.config import TaskConfig
-from dpicl.prompts import keyword_prompt, zero_shot_prompt
+from dpicl.prompts import keyword_demonstrations, keyword_prompt, zero_shot_prompt
 
 TICKETS = TaskConfig(type="summarization", instruction="Summarize each ticket in one line.",
                      demo_template="Ticket:\n{input}\nSummary: {output}", query_template="Ticket:\n{input}\nSummary:")
@@ -22,6 +22,22 @@ def test_the_default_puts_a_public_example_first_and_a_one_line_template_after_t
     assert with_example.split("\n\n")[1:] == ["Ticket:\nold\nSummary: done", "Ticket:\nq\nKeywords: k\nSummary:"]
     one_line = TaskConfig(type="summarization", demo_template="{input} => {output}", query_template="{input} =>")
     assert keyword_prompt(one_line, None, "q", ["a", "b"]) == "Keywords: a, b\nq =>"
+
+
+def test_keyword_demonstrations_show_each_public_record_with_the_keywords_of_its_own_output():
+    demos = [("printer jams daily", "The printer jams and the customer wants a technician."),
+             ("refund please", "Customer asks for a refund of order 12.")]
+    shown = keyword_demonstrations(TICKETS, demos, k=3).split("\n\n")
+    assert shown == [
+        "Ticket:\nprinter jams daily\nKeywords: printer, jams, customer\n"
+        "Summary: The printer jams and the customer wants a technician.",
+        "Ticket:\nrefund please\nKeywords: Customer, asks, refund\nSummary: Customer asks for a refund of order 12.",
+    ]
+    # the query of the keyword prompt gets its hints on the same line as the demonstrations got theirs
+    prompt = keyword_prompt(TICKETS, None, "q", ["a"], example="\n\n".join(shown))
+    assert prompt.split("\n\n")[-1] == "Ticket:\nq\nKeywords: a\nSummary:"
+    one_line = TaskConfig(type="summarization", demo_template="{input} => {output}", query_template="{input} =>")
+    assert keyword_demonstrations(one_line, [("x", "red apples")], k=5) == "Keywords: red, apples\nx => red apples"
 
 
 def test_a_configured_template_is_used_as_given():

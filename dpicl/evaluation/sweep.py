@@ -30,6 +30,7 @@ from dpicl.methods.base import aggregate_as_planned
 from dpicl.metrics import evaluate as evaluate_metrics
 from dpicl.privacy.sampling import assign_teachers, default_sampling_rate
 from dpicl.prompts import (
+    fewshot_records,
     public_ensemble,
     public_key,
     render_prompt,
@@ -153,7 +154,7 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
     rate = base.method.sampling_rate or default_sampling_rate(n, shots, len(private))
     by_id = {r.record_id: r for r in private}
     queries = [q for q, _ in rows]
-    teacher_prompts, public_prompts, examples = [], [], []
+    teacher_prompts, public_prompts, examples, demos = [], [], [], []
     public_cfg = next((c for c in configs if _method(c).needs_public), None)
     ranked = None  # the public records most similar to each query first, when the public teachers show those
     if public and public_cfg is not None and public_cfg.method.public_demonstrations == "nearest":
@@ -180,6 +181,8 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
                                                public_cfg.method.public_fewshot)
             public_prompts += prompts
             examples.append(example)
+            if public_cfg.method.public_fewshot is not None:
+                demos.append([public[i] for i in fewshot_records(ranked[k], public_cfg.method.public_fewshot)])
     zero_shot = [zero_shot_prompt(base.task, q) for q in queries]
     ens = Ensemble(cfg=base, references=[r for _, r in rows], sampling_rate=rate,
                    delta=delta or default_delta(len(private)), answers={}, queries=queries,
@@ -215,6 +218,8 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
             f["public_outputs"] = outs
     for f, example in zip(ens.features, examples):
         f["public_example"] = example
+    for f, pairs in zip(ens.features, demos):
+        f["public_demos"] = pairs
     sampling = next((c for c in configs if _method(c).samples_candidates), None)
     if sampling is not None:
         progress("zero-shot candidates")

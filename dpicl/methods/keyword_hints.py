@@ -7,7 +7,7 @@ from pydantic import field_validator
 
 from dpicl.inference.teachers import greedy_params
 from dpicl.methods.base import EnsembleMethod, EnsembleSettings
-from dpicl.prompts import keyword_prompt
+from dpicl.prompts import keyword_demonstrations, keyword_prompt
 
 
 class KeywordSettings(EnsembleSettings):
@@ -36,9 +36,18 @@ class KeywordMethod(EnsembleMethod):
         prompts = [
             public[q]["zero_shot"] if result["keywords"] is None
             else keyword_prompt(cfg.task, cfg.method.keyword_template, queries[q], result["keywords"],
-                                example=public[q].get("public_example", ""))
+                                example=self._example(cfg, public[q]))
             for q, result in aggregates.items()
         ]
         answers = backend.generate(prompts, greedy_params(cfg), progress=True) if prompts else []
         for (query_id, result), answer in zip(aggregates.items(), answers, strict=True):
             yield query_id, answer, {"keywords": result["keywords"]}
+
+    @staticmethod
+    def _example(cfg, public: dict) -> str:
+        """What the keyword prompt shows first (public): the few-shot prompt's public demonstrations with their own
+        keywords where the method has them (`public_fewshot`) and the prompt is the default, else the public
+        one-shot example, else nothing."""
+        if "public_demos" in public and cfg.method.keyword_template is None:
+            return keyword_demonstrations(cfg.task, public["public_demos"], cfg.method.k)
+        return public.get("public_example", "")

@@ -47,7 +47,7 @@ class KSAPublic(KeywordMethod):
     Plan = KSAPublicPlan
     needs_public = True
     inputs = ("teacher_outputs", "public_outputs", "zero_shot")
-    release_needs = ("zero_shot", "public_example")
+    release_needs = ("zero_shot", "public_example", "public_demos")
     plan_details = ("epsilon_em", "sampling_rate")
 
     def calibrate(self, sampling_rate, queries, epsilon, delta):

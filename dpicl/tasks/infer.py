@@ -29,7 +29,7 @@ from dpicl.tasks.common import STAGE
 @task(name="infer", **STAGE)
 def infer(db_path: str, run_id: str, prompts: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     """Returns {query id: {"teacher_outputs" | "teacher_votes": key, ["candidates": key], "zero_shot": key,
-    ["public_outputs": key, "public_example": key]}}.
+    ["public_outputs": key, "public_example": key, ["public_demos": key]]}}.
 
     Three steps, so that no database connection is open while the model runs (other processes read and write
     meanwhile: docs/SCALING.md): read what is to be generated, generate, write the outputs."""
@@ -120,6 +120,8 @@ def _public_to_generate(con, cfg: Config, prompts: dict[str, dict[str, str]],
     for query_id, p in prompts.items():
         keys[query_id]["public_outputs"] = artifact_key("public_outputs", [p["public_prompts"]], params)
         keys[query_id]["public_example"] = p["public_example"]
+        if "public_demos" in p:
+            keys[query_id]["public_demos"] = p["public_demos"]
     todo = [q for q in prompts if not has_artifact(con, keys[q]["public_outputs"])]
     texts = get_artifacts(con, [prompts[q]["public_prompts"] for q in todo])
     return _Public("public_outputs", cfg, todo, [texts[prompts[q]["public_prompts"]] for q in todo],

@@ -1,6 +1,7 @@
 """Stage 2 — prompt: each teacher's prompt (its own demonstrations + the query) and the public zero-shot prompt of
 each query; for a method that needs public data (sga, ksa-public) also the public ensemble's prompts (demonstrations
-from the public dataset) and a public one-shot example (the last demonstration of the first public teacher)."""
+from the public dataset), a public one-shot example (the last demonstration of the first public teacher) and, with
+`public_fewshot`, the few-shot prompt's public demonstrations as (input, output) pairs (ksa-public shows them)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from prefect import get_run_logger, task
 
 from dpicl.config import Config
 from dpicl.embeddings.candidates import most_similar
-from dpicl.prompts import public_ensemble, public_key, render_prompt, zero_shot_prompt
+from dpicl.prompts import fewshot_records, public_ensemble, public_key, render_prompt, zero_shot_prompt
 from dpicl.storage import get_dataset, get_queries, load_records
 from dpicl.storage.artifacts import artifact_key, get_artifacts, put_artifact
 from dpicl.tasks import context
@@ -21,7 +22,8 @@ from dpicl.tasks.common import STAGE
 
 @task(name="prompt", **STAGE)
 def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict[str, str]]:
-    """Returns {query id: {"teachers": key, "zero_shot": key, ["public_prompts": key, "public_example": key]}}."""
+    """Returns {query id: {"teachers": key, "zero_shot": key, ["public_prompts": key, "public_example": key,
+    ["public_demos": key]]}}."""
     run = context.run_at(db_path, run_id)  # the run's stored config, not the file (privacy invariant 9)
     cfg = run.cfg
     task_cfg = cfg.task.model_dump()
@@ -100,13 +102,18 @@ def _public_ensemble(con, cfg: Config, run_id: str, query_id: str, query: str, r
     """The public teachers' prompts and the public one-shot example of one query (public artifacts, cached by
     content: the demonstrations are a function of the query and the public dataset)."""
     m = cfg.method
-    prompts, example = public_ensemble(cfg.task, [(r.input, r.output) for r in records], query, m.teachers,
-                                       m.public_shot_count, public_key(cfg.public_dataset, query), ranked,
-                                       m.public_fewshot)
+    pairs = [(r.input, r.output) for r in records]
+    prompts, example = public_ensemble(cfg.task, pairs, query, m.teachers, m.public_shot_count,
+                                       public_key(cfg.public_dataset, query), ranked, m.public_fewshot)
     params = public_ensemble_params(cfg, query)
-    return {
+    keys = {
         "public_prompts": put_artifact(con, artifact_key("public_prompts", [], params), "public_prompts",
                                        cfg.backlog, query_id, prompts, private=False, run_id=run_id),
         "public_example": put_artifact(con, artifact_key("public_example", [], params), "public_example",
                                        cfg.backlog, query_id, example, private=False, run_id=run_id),
     }
+    if m.public_fewshot is not None:  # the few-shot prompt's demonstrations, as pairs (KSA-public shows them)
+        demos = [pairs[i] for i in fewshot_records(ranked, m.public_fewshot)]
+        keys["public_demos"] = put_artifact(con, artifact_key("public_demos", [], params), "public_demos",
+                                            cfg.backlog, query_id, demos, private=False, run_id=run_id)
+    return keys

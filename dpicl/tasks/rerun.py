@@ -191,6 +191,8 @@ def feature_keys(cfg: Config, query: str, teacher_key: str | None) -> dict[str, 
         outputs = artifact_key("public_outputs", [prompts],
                                {"model": model, "generation": cfg.generation.model_dump()})
         keys.update(public_outputs=outputs, public_example=artifact_key("public_example", [], params))
+        if method.public_fewshot is not None:
+            keys["public_demos"] = artifact_key("public_demos", [], params)
     public = registered.public_texts
     if public is not None:  # as the embed task names them
         texts = keys[public.source]

@@ -108,6 +108,35 @@ def test_ksa_public_keywords_come_from_public_text_only(public_env):
     assert hinted and all(re.search(r"public example \d+", p) and "private" not in p for p in hinted)
 
 
+def test_ksa_public_with_public_fewshot_shows_the_nearest_public_records_with_their_own_keywords(public_env):
+    """With `public_fewshot: 3` the keyword prompt starts with the 3 public records the few-shot prompt shows, each
+    with a Keywords line of its own output's words; what a rerun recomputes names the same demonstrations."""
+    from dpicl.config import load_config
+    from dpicl.storage.artifacts import get_artifact
+    from dpicl.tasks.rerun import feature_keys
+
+    config, db, prompts = public_env
+    _with_method(config, {"name": "ksa-public", "k": 2, "public_demonstrations": "nearest", "public_fewshot": 3})
+    result, *_ = _run(config, db)
+    assert result["answered"] == PLANNED
+    hinted = [p for p in prompts if "\nKeywords: " in p]
+    assert len(hinted) == PLANNED
+    cfg, con = load_config(config), connect(db, read_only=True)
+    try:
+        queries = dict(con.execute("SELECT query_id, input FROM queries WHERE backlog = 'tiny-backlog'").fetchall())
+        answered = [q for (q,) in con.execute("SELECT query_id FROM releases").fetchall()]
+        for query_id in answered:
+            demos = get_artifact(con, feature_keys(cfg, queries[query_id], None)["public_demos"])
+            few_shot = get_artifact(con, feature_keys(cfg, queries[query_id], None)["public_outputs"])
+            assert len(demos) == 3 and len(few_shot) == 4 + 1  # 4 public teachers and the few-shot prompt
+            prompt = next(p for p in hinted if f"Input:\n{queries[query_id]}\n" in p)
+            for inp, out in demos:  # "public answer 7": keywords "public", "answer" (k = 2), in output order
+                assert f"Input:\n{inp}\nKeywords: public, answer\nOutput: {out}" in prompt
+            assert "private" not in prompt
+    finally:
+        con.close()
+
+
 def test_a_private_dataset_named_as_public_is_refused(public_env):
     config, db, _ = public_env
     raw = yaml.safe_load(open(config))

@@ -3,6 +3,7 @@ public text only, and every query is charged."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -126,9 +127,14 @@ def test_ksa_public_with_public_fewshot_shows_the_nearest_public_records_with_th
         queries = dict(con.execute("SELECT query_id, input FROM queries WHERE backlog = 'tiny-backlog'").fetchall())
         answered = [q for (q,) in con.execute("SELECT query_id FROM releases").fetchall()]
         for query_id in answered:
-            demos = get_artifact(con, feature_keys(cfg, queries[query_id], None)["public_demos"])
-            few_shot = get_artifact(con, feature_keys(cfg, queries[query_id], None)["public_outputs"])
-            assert len(demos) == 3 and len(few_shot) == 4 + 1  # 4 public teachers and the few-shot prompt
+            keys = feature_keys(cfg, queries[query_id], None)
+            demos = get_artifact(con, keys["public_demos"])
+            assert len(demos) == 3 and len(get_artifact(con, keys["public_outputs"])) == 4 + 1  # teachers + few-shot
+            stored = con.execute("SELECT payload FROM artifacts WHERE stage = 'public_prompts' AND query_id = ?",
+                                 [query_id]).fetchone()[0].decode()
+            few_shot_prompt = json.loads(stored)[-1]
+            # the very records of the free few-shot prompt, in its order
+            assert re.findall(r"public example \d+", few_shot_prompt) == [inp for inp, _ in demos]
             prompt = next(p for p in hinted if f"Input:\n{queries[query_id]}\n" in p)
             for inp, out in demos:  # "public answer 7": keywords "public", "answer" (k = 2), in output order
                 assert f"Input:\n{inp}\nKeywords: public, answer\nOutput: {out}" in prompt

@@ -175,6 +175,10 @@ def test_the_demos_few_shot_baselines_show_each_querys_nearest_tickets_nearest_l
                                           cfg.method.teachers, cfg.method.public_shot_count, "key",
                                           ranked[i].tolist(), cfg.method.public_fewshot)
         assert flow_prompts[-1] == prompts["public few-shot"][i]
+    # read from the flow instead: neither built nor their nearest tickets searched for
+    without = baseline_prompts(cfg, private, public, queries, public_fewshot=False)
+    assert set(without) == {"zero-shot", "non-private"}
+    assert all(without[name] == prompts[name] for name in without)
 
 
 def test_the_demos_thread_count_holds_within_and_is_restored_after_an_error():

@@ -42,9 +42,10 @@ def canary_hits(answers: list[str], planted: list[str]) -> int:
     return sum(any(c in a.lower() for c in lowered) for a in answers)
 
 
-def baseline_prompts(cfg, private, public, queries: list[str]) -> dict[str, list[str]]:
+def baseline_prompts(cfg, private, public, queries: list[str], *, public_fewshot: bool = True) -> dict[str, list[str]]:
     """The alternatives' prompts: the free ones, zero-shot (no demonstrations) and 4-shot ICL with each query's most
-    similar public tickets, and the leaky non-private baseline, 4-shot ICL with its most similar private ones."""
+    similar public tickets (not with `public_fewshot=False`: the flow generated them), and the leaky non-private
+    baseline, 4-shot ICL with its most similar private ones."""
     from dpicl.embeddings.candidates import most_similar
     from dpicl.prompts import render_prompt, zero_shot_prompt
     from dpicl.tasks import context
@@ -59,8 +60,10 @@ def baseline_prompts(cfg, private, public, queries: list[str]) -> dict[str, list
         return [render_prompt(cfg.task, [(records[i].input, records[i].output) for i in reversed(row)], q)
                 for q, row in zip(queries, nearest)]
 
-    return {"zero-shot": [zero_shot_prompt(cfg.task, q) for q in queries], "public few-shot": nearest_shots(public),
-            "non-private": nearest_shots(private)}
+    prompts = {"zero-shot": [zero_shot_prompt(cfg.task, q) for q in queries], "non-private": nearest_shots(private)}
+    if public_fewshot:
+        prompts["public few-shot"] = nearest_shots(public)
+    return prompts
 
 
 def stored_public_fewshot(con, cfg, queries: list[str]) -> list[str] | None:
@@ -146,9 +149,9 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
                   f"tickets (free), and {NONPRIVATE_SHOTS}-shot answers from the most similar private tickets "
                   "(non-private: what a careless deployment would release)")
     with torch_threads(os.cpu_count() or 1):  # the flow is done: its nearest tickets found on every core
-        prompts = baseline_prompts(cfg, private, public, [text for text, _ in answered])
-    if public_fewshot is not None:  # generated once, by the flow
-        del prompts["public few-shot"]
+        # the public few-shot answers, where the flow generated them, are not generated twice
+        prompts = baseline_prompts(cfg, private, public, [text for text, _ in answered],
+                                   public_fewshot=public_fewshot is None)
     params = greedy_params(cfg)
     free = {name: context.backend(cfg).generate(p, replace(params, public_prompts=name != "non-private"),
                                                 progress=True)

@@ -95,3 +95,23 @@ def test_public_fewshot_needs_the_nearest_public_demonstrations():
     settings = SGASettings(teachers=3, shots=1, public_fewshot=4, public_demonstrations="nearest")
     assert settings.public_ranked_count == 4
     assert settings.model_copy(update={"public_fewshot": 2}).public_ranked_count == 3
+
+
+def test_a_configured_template_shows_every_public_fewshot_record_not_only_the_one_shot_example():
+    """With `public_fewshot` a configured `keyword_template`'s {example} is the few-shot prompt's records, as the
+    task shows demonstrations (no Keywords lines: the template may have none); before, only the one-shot example."""
+    from types import SimpleNamespace
+
+    from dpicl.methods.keyword_hints import KeywordMethod
+
+    demos = [("printer jams daily", "Printer jams."), ("refund please", "Refund asked.")]
+    public = {"public_example": "Ticket:\nonly one\nSummary: one", "public_demos": demos}
+    custom = SimpleNamespace(task=TICKETS, method=SimpleNamespace(keyword_template="{example}\n{input} [{keywords}]",
+                                                                  k=3))
+    example = KeywordMethod._example(custom, public)
+    assert example.split("\n\n") == ["Ticket:\nprinter jams daily\nSummary: Printer jams.",
+                                     "Ticket:\nrefund please\nSummary: Refund asked."]
+    default = SimpleNamespace(task=TICKETS, method=SimpleNamespace(keyword_template=None, k=3))
+    assert KeywordMethod._example(default, public) == keyword_demonstrations(TICKETS, demos, 3)
+    assert KeywordMethod._example(custom, {"public_example": "Ticket:\nonly one\nSummary: one"}) == \
+        "Ticket:\nonly one\nSummary: one"

@@ -45,9 +45,13 @@ class KeywordMethod(EnsembleMethod):
 
     @staticmethod
     def _example(cfg, public: dict) -> str:
-        """What the keyword prompt shows first (public): the few-shot prompt's public demonstrations with their own
-        keywords where the method has them (`public_fewshot`) and the prompt is the default, else the public
-        one-shot example, else nothing."""
-        if "public_demos" in public and cfg.method.keyword_template is None:
-            return keyword_demonstrations(cfg.task, public["public_demos"], cfg.method.k)
-        return public.get("public_example", "")
+        """What the keyword prompt shows first (public): the few-shot prompt's public demonstrations where the
+        method has them (`public_fewshot`): with their own keywords under the default prompt, as the task shows
+        demonstrations under a configured `keyword_template` (its `{example}`); else the public one-shot example,
+        else nothing."""
+        demos = public.get("public_demos")
+        if demos is None:
+            return public.get("public_example", "")
+        if cfg.method.keyword_template is None:
+            return keyword_demonstrations(cfg.task, demos, cfg.method.k)
+        return cfg.task.separator.join(cfg.task.demo_template.format(input=inp, output=out) for inp, out in demos)

@@ -40,7 +40,8 @@ def ingest(
     task: Annotated[TaskType, typer.Option(help="task type of a dataset")] = TaskType.summarization,
     field: Annotated[list[str], typer.Option("--field", help="ROLE=COLUMN, e.g. input=dialogue")] = [],  # noqa: B006
     config: Annotated[Optional[str], typer.Option(hidden=True, help="the config, as the argument")] = None,
-    replace: Annotated[bool, typer.Option(help="replace a dataset of the same name (never one with spend)")] = False,
+    replace: Annotated[bool, typer.Option(
+        help="replace a dataset of the same name (never one with spend, nor a public one that runs used)")] = False,
     format: Annotated[Optional[Format], typer.Option(
         "--format", help="the file's format (default: from the file extension)")] = None,
     pattern: Annotated[Optional[str], typer.Option(

@@ -13,7 +13,8 @@ from dpicl.storage.ingest_options import IngestError
 
 
 def check_replaceable(con: duckdb.DuckDBPyConnection, path: Path, name: str, old_kind: str, kind: str) -> None:
-    """Refuse a replace that would detach privacy accounting from the data it was opened for."""
+    """Refuse a replace that would detach privacy accounting from the data it was opened for, or leave runs' cached
+    public prompts and answers standing for public records that are gone."""
     spent = con.execute("SELECT count(*) FROM ledger WHERE dataset = ?", [name]).fetchone()[0]
     if spent:
         raise IngestError(path, f"dataset '{name}' has {spent} privacy ledger entries and cannot be "
@@ -24,6 +25,13 @@ def check_replaceable(con: duckdb.DuckDBPyConnection, path: Path, name: str, old
         raise IngestError(path, f"dataset '{name}' has a privacy budget and cannot be replaced by a {kind} "
                                 f"dataset (the budget would be left without its {old_kind} data); ingest the "
                                 f"{kind} data under another name")
+    if old_kind == "public":
+        runs = con.execute("SELECT count(*) FROM runs WHERE config ->> 'public_dataset' = ?", [name]).fetchone()[0]
+        if runs:  # their public prompts and answers are cached under the dataset's name, not its content
+            raise IngestError(path, f"public dataset '{name}' was used by {runs} run(s), whose public prompts and "
+                                    "answers are cached under its name: later runs would be served those again "
+                                    "instead of the new records'; ingest the new data under another name and set "
+                                    "public_dataset to it")
 
 
 # The read options that decide a record's id, hence its subset bucket (`_disjoint_parts`).

@@ -181,3 +181,22 @@ def test_csv_header_names_and_parquet_types_are_not_quoted(con, tmp_path):
     with pytest.raises(IngestError) as caught:
         ingest_dataset(con, nested, "p", "private", "qa", F)
     assert "of type STRUCT" in str(caught.value) and SECRET not in full_text(caught.value)
+
+
+def test_a_public_dataset_that_runs_used_cannot_be_replaced(con, tmp_path):
+    """Runs cache their public prompts and answers under the public dataset's name (not its content): after a
+    replace, the next run was served the old records' prompts and answers (reproduced with SGA: none of its public
+    prompts showed a new record). A public dataset no run used may still be replaced."""
+    from dpicl.config import load_config
+    from dpicl.storage.runs import create_run
+
+    faq = write(tmp_path, "faq.jsonl", jsonl(rows(4, tag="f")))
+    ingest_dataset(con, faq, "faq", "public", "summarization", F)
+    config = load_config("demo").model_dump(mode="json")  # what a run stores
+    create_run(con, "run-elsewhere", "sga", "notes", "inbox", {**config, "public_dataset": "other"}, None)
+    newer = write(tmp_path, "faq-2.jsonl", jsonl(rows(5, tag="g")))
+    assert ingest_dataset(con, newer, "faq", "public", "summarization", F, replace=True).rows_added == 5
+    create_run(con, "run-faq", "sga", "notes", "inbox", {**config, "public_dataset": "faq"}, None)
+    message = refused(con, faq, "faq", kind="public", replace=True)
+    assert "'faq' was used by 1 run(s)" in message and "under another name" in message
+    assert con.execute("SELECT count(*) FROM records WHERE dataset = 'faq'").fetchone()[0] == 5

@@ -192,3 +192,14 @@ def test_the_demos_thread_count_holds_within_and_is_restored_after_an_error():
         assert torch.get_num_threads() == before + 1
         raise RuntimeError("inside")
     assert torch.get_num_threads() == before
+
+
+def test_the_demo_says_when_a_free_alternative_scored_as_high_as_the_dp_answers():
+    from dpicl.demo.run import verdict
+
+    worth = verdict({"dp": 47.0, "zero-shot": 20.6, "public few-shot": 45.0, "non-private": 63.2})
+    assert worth.startswith("the DP answers scored 2.0 above the best free alternative (public 4-shot)")
+    wasted = verdict({"dp": 41.3, "zero-shot": 20.6, "public few-shot": 45.0, "non-private": 63.2})
+    assert "free public 4-shot answers scored 45.0, the DP answers 41.3" in wasted and "dpicl evaluate" in wasted
+    tie = verdict({"dp": 30.0, "zero-shot": 30.0, "public few-shot": 12.0, "non-private": 63.2})
+    assert "free zero-shot answers scored 30.0" in tie  # a tie buys nothing either

@@ -91,6 +91,18 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def verdict(quality: dict[str, float]) -> str:
+    """One line on whether the DP answers were worth their budget: against the best free alternative."""
+    labels = {"zero-shot": "zero-shot", "public few-shot": f"public {NONPRIVATE_SHOTS}-shot"}
+    best = max(labels, key=lambda name: quality[name])
+    dp, free = quality["dp"], quality[best]
+    if dp > free:
+        return f"the DP answers scored {dp - free:.1f} above the best free alternative ({labels[best]})"
+    return (f"[yellow]the free {labels[best]} answers scored {free:.1f}, the DP answers {dp:.1f}: on data like this "
+            "the budget bought nothing (one run, fresh noise each time); `dpicl evaluate` compares the two before "
+            "any budget is spent[/]")
+
+
 def rouge_l(answers: list[str], references: list[str]) -> float:
     """Mean ROUGE-L F1 (0–100) of `answers` against their references."""
     from dpicl.metrics import rouge
@@ -187,6 +199,7 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
         "rougeL_zero_shot": quality["zero-shot"],
         "rougeL_public_few_shot": quality["public few-shot"],
         "rougeL_nonprivate": quality["non-private"],
+        "dp_above_free": quality["dp"] > max(quality["zero-shot"], quality["public few-shot"]),
     }
     console.print(
         f"budget: ε spent {summary['epsilon_spent']:.4f} of {summary['epsilon_limit']:g} (δ={summary['delta']:g}); "
@@ -203,6 +216,7 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
         f"{NONPRIVATE_SHOTS}-shot {quality['public few-shot']:.1f}; non-private {NONPRIVATE_SHOTS}-shot "
         f"{quality['non-private']:.1f}"
     )
+    console.print(verdict(quality))
     if as_json:
         print(json.dumps(summary))
     return summary

@@ -50,6 +50,17 @@ def nearest_candidates(
     return result
 
 
+def consensus(candidate_embeddings: np.ndarray) -> int:
+    """Index of the candidate nearest the set's own consensus: the highest summed cosine similarity to every
+    candidate (itself included), i.e. nearest the sum of their unit vectors (a medoid; self-consistency for free
+    text). For public candidates a free answer."""
+    cands = np.asarray(candidate_embeddings, dtype=np.float32)
+    if cands.ndim != 2 or len(cands) == 0:
+        raise ValueError(f"candidate_embeddings must be a non-empty 2-d array, got shape {cands.shape}")
+    unit = _unit_rows(cands, cands.shape[1], 0)
+    return nearest_candidate(unit.sum(axis=0), unit)
+
+
 def most_similar(query_vectors: np.ndarray, record_vectors: np.ndarray, count: int) -> np.ndarray:
     """For each query (row of Q × d), the indices of its `count` most similar records (cosine; rows of N × d), most
     similar first: a Q × min(count, N) array."""

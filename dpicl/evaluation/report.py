@@ -11,7 +11,9 @@ from pathlib import Path
 from dpicl.metrics import over_seeds
 
 DIAGNOSTICS = ("ptr_passed_%",)  # tabled, not plotted: they describe a method, not the answers' quality
-BASELINE_STYLES = {"zero-shot": ("tab:gray", "--"), "few-shot": ("black", ":"), "public few-shot": ("tab:brown", "-.")}
+BASELINE_STYLES = {"zero-shot": ("tab:gray", "--"), "few-shot": ("black", ":"), "public few-shot": ("tab:brown", "-."),
+                   "public 4-shot": ("tab:olive", "--"), "public consensus": ("tab:pink", "-."),
+                   "zero-shot consensus": ("tab:gray", ":")}
 
 
 def summarize(rows: Sequence[dict]) -> list[dict]:
@@ -30,15 +32,16 @@ def summarize(rows: Sequence[dict]) -> list[dict]:
 
 
 def free_baselines_ahead(summary: Sequence[dict]) -> list[str]:
-    """The DP settings (finite ε) that a free baseline — the zero-shot answer or one from public demonstrations —
-    beats on the sweep's first metric, each named with both means: paying for those answers buys nothing."""
+    """The DP settings (finite ε) that a free baseline — the zero-shot answer, one from public demonstrations, or
+    the consensus of such answers — beats on the sweep's first metric, each named with both means: paying for those
+    answers buys nothing."""
     metrics = [m for m in metric_names(summary) if m not in DIAGNOSTICS]
     if not metrics:
         return []
     metric = metrics[0]
     free = {s["setting"]: s["metrics"][metric]["mean"] for s in summary
             if s["method"] is None and metric in s["metrics"]
-            and (s["setting"] == "zero-shot" or s["setting"].startswith("public "))}
+            and s["setting"].startswith(("zero-shot", "public "))}
     if not free:
         return []
     best, top = max(free.items(), key=lambda kv: kv[1])

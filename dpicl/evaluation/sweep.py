@@ -23,7 +23,7 @@ import numpy as np
 
 from dpicl import methods, planning
 from dpicl.config import Config
-from dpicl.embeddings.candidates import most_similar_texts
+from dpicl.embeddings.candidates import consensus, most_similar_texts
 from dpicl.embeddings.relevance import record_vectors, relevance
 from dpicl.inference.teachers import greedy_params, label_votes
 from dpicl.methods.base import aggregate_as_planned
@@ -41,6 +41,8 @@ from dpicl.storage.db import connect
 from dpicl.storage.ingest import ingest_source
 
 INF = math.inf
+# free baselines: each embedded set of public texts answered by its own consensus (the text nearest the others)
+FREE_CONSENSUS = {"public_outputs": "public consensus", "candidates": "zero-shot consensus"}
 
 
 def _method(cfg: Config):
@@ -239,6 +241,8 @@ def build_ensemble(configs: Sequence[Config], data, backend, encoder_for: Callab
                 f[public_texts.texts] = group
                 f[public_texts.embeddings] = flat[start:start + len(group)]
                 start += len(group)
+            ens.answers[FREE_CONSENSUS[public_texts.source]] = [
+                f[public_texts.texts][consensus(f[public_texts.embeddings])] for f in ens.features]
     return ens
 
 

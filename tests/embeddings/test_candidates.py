@@ -90,3 +90,25 @@ def test_most_similar_ranks_records_as_a_numpy_cosine_sort(seed):
     for query, row in zip(queries, ranked):
         sims = records @ query / np.linalg.norm(records, axis=1)
         assert row.tolist() == np.argsort(-sims, kind="stable")[:min(count, n)].tolist()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_consensus_is_the_candidate_with_the_highest_summed_cosine_to_all(seed):
+    from dpicl.embeddings.candidates import consensus
+
+    rng = np.random.default_rng(seed)
+    candidates = rng.normal(size=(int(rng.integers(1, 30)), 12)) * rng.uniform(0.01, 100, size=(1, 1))
+    unit = candidates / np.linalg.norm(candidates, axis=1, keepdims=True)
+    assert consensus(candidates) == int(np.argmax((unit @ unit.T).sum(axis=1)))
+    # lengths do not count: a long outlier does not pull the consensus towards itself
+    stretched = candidates * rng.uniform(0.01, 100, size=(len(candidates), 1))
+    assert consensus(stretched) == consensus(candidates)
+
+
+def test_consensus_picks_the_middle_of_a_cluster_over_an_outlier():
+    from dpicl.embeddings.candidates import consensus
+
+    cluster = np.array([[1.0, 0.1, 0.0], [1.0, 0.0, 0.0], [1.0, -0.1, 0.0]])
+    assert consensus(np.vstack([[0.0, 0.0, 50.0], cluster])) == 2
+    with pytest.raises(ValueError, match="non-empty"):
+        consensus(np.zeros((0, 3)))

@@ -198,6 +198,28 @@ def test_a_sweep_with_public_fewshot_scores_that_prompt_apart_and_gives_its_answ
         assert features["public_texts"][-1] == answer and len(features["public"]) == 5  # a candidate of SGA
 
 
+def test_a_sweep_answers_each_embedded_public_text_set_by_its_own_consensus_for_free(sweep_env):
+    """SGA's public outputs and ESA's zero-shot candidates, each set answered by the text nearest the others: free
+    baselines ("public consensus", "zero-shot consensus"), counted as such when DP rows are compared."""
+    from dpicl.embeddings.candidates import consensus
+    from dpicl.evaluation.report import free_baselines_ahead
+    from tests.pipeline.fakes import FakeBackend, FakeEncoder
+
+    configs, _ = sweep_env
+    for path, name, texts, vectors in ((configs[3], "public consensus", "public_texts", "public"),
+                                       (configs[0], "zero-shot consensus", "candidate_texts", "candidates")):
+        cfg = load_config(path)
+        data = sweep.load_benchmark([cfg], N_QUERIES)
+        ens = sweep.build_ensemble([cfg], data, FakeBackend(), lambda c: FakeEncoder(), np.random.default_rng(0))
+        assert len(ens.answers[name]) == N_QUERIES
+        for answer, features in zip(ens.answers[name], ens.features):
+            assert answer == features[texts][consensus(features[vectors])]
+            assert answer in features[texts]
+    rows = [{"setting": s, "method": m, "epsilon": e, "repetition": 0, "metric": "rougeL", "value": v}
+            for s, m, e, v in (("zero-shot consensus", None, None, 30.0), ("esa ε=1", "esa", 1.0, 25.0))]
+    assert free_baselines_ahead(summarize(rows)) == ["esa ε=1: rougeL 25.00 < zero-shot consensus 30.00"]
+
+
 def test_unknown_metrics_are_refused_before_any_model_runs(sweep_env):
     configs, _ = sweep_env
     cfg = load_config(configs[0])

@@ -9,8 +9,9 @@ teachers' answers and, last, the public 4-shot answer) and their embeddings, the
 embeddings, and the reference summary. It scores (ROUGE-L against the reference) the candidate nearest the private
 teachers' consensus (the sum of their embeddings), the same choice with Gaussian noise of the plan's leaf-sum σ
 added to that sum (`--draws` draws), and, for scale, the mean candidate, the public 4-shot answer, the public
-candidates' own consensus (their medoid: free) and the best candidate. A simplification of SGA's last step: one
-cluster holding every private answer, DPM's tree and the public points of a leaf left out. Prints only numbers.
+candidates' own consensus (`dpicl evaluate`'s free `public consensus`) and the best candidate. A simplification of
+SGA's last step: one cluster holding every private answer, DPM's tree and the public points of a leaf left out.
+Prints only numbers.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 
 import numpy as np
 
+from dpicl.embeddings.candidates import consensus
 from dpicl.metrics import rouge
 from dpicl.storage.db import connect
 from dpicl.storage.runs import stored_plan
@@ -60,21 +62,21 @@ def main() -> None:
         con.close()
     rng = np.random.default_rng(args.seed)
     scores: dict[str, list[float]] = {name: [] for name in (
-        "private consensus", "private consensus, noisy", "mean candidate", "public 4-shot", "public medoid",
+        "private consensus", "private consensus, noisy", "mean candidate", "public 4-shot", "public consensus",
         "best candidate")}
     agreement = []
     for query in sorted(teachers):
         candidates = unit(public[query])
         rouge_l = np.array([rouge([text], [references[query]])["rougeL"] for text in texts[query]])
-        consensus = teachers[query].sum(axis=0)
-        chosen = int(np.argmax(candidates @ consensus))
-        noisy = np.argmax((consensus + rng.normal(0.0, sigma, (args.draws, consensus.size))) @ candidates.T, axis=1)
+        private = teachers[query].sum(axis=0)
+        chosen = int(np.argmax(candidates @ private))
+        noisy = np.argmax((private + rng.normal(0.0, sigma, (args.draws, private.size))) @ candidates.T, axis=1)
         agreement.append(float(np.mean(noisy == chosen)))
         scores["private consensus"].append(rouge_l[chosen])
         scores["private consensus, noisy"].append(float(rouge_l[noisy].mean()))
         scores["mean candidate"].append(float(rouge_l.mean()))
         scores["public 4-shot"].append(rouge_l[-1])
-        scores["public medoid"].append(rouge_l[int(np.argmax(candidates @ candidates.sum(axis=0)))])
+        scores["public consensus"].append(rouge_l[consensus(public[query])])
         scores["best candidate"].append(float(rouge_l.max()))
     means = {name: float(np.mean(values)) for name, values in scores.items()}
     print(f"run {run_id}: {len(agreement)} answered queries, {len(texts[query])} public candidates and "

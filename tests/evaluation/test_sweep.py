@@ -78,7 +78,7 @@ def test_sweep_stores_plots_and_reports_every_setting_and_charges_nothing(sweep_
     assert spent == 0, "a sweep must neither charge a ledger nor write releases"
 
     settings = {r[0] for r in rows}
-    expected = {"zero-shot", "few-shot", "public few-shot"} | {
+    expected = {"zero-shot", "few-shot", "public few-shot", "public consensus", "zero-shot consensus"} | {
         f"{m} ε={e}" for m in ("esa", "ksa-jem", "ksa-ptr", "sga", "sga top-1", "ksa-public") for e in ("1", "8", "∞")}
     assert settings == expected
     assert len(rows) == len(expected) * 2 * 3 + 3 * 2, "3 ROUGE values per setting and repetition (+ PTR passes)"

@@ -112,6 +112,8 @@ def test_a_configured_template_shows_every_public_fewshot_record_not_only_the_on
     assert example.split("\n\n") == ["Ticket:\nprinter jams daily\nSummary: Printer jams.",
                                      "Ticket:\nrefund please\nSummary: Refund asked."]
     default = SimpleNamespace(task=TICKETS, method=SimpleNamespace(keyword_template=None, k=3))
-    assert KeywordMethod._example(default, public) == keyword_demonstrations(TICKETS, demos, 3)
+    annotated = KeywordMethod._example(default, public).split("\n\n")  # the default prompt: each with its keywords
+    assert [block.split("\n")[1] for block in annotated] == ["printer jams daily", "refund please"]
+    assert all(block.split("\n")[2].startswith("Keywords: ") for block in annotated)
     assert KeywordMethod._example(custom, {"public_example": "Ticket:\nonly one\nSummary: one"}) == \
         "Ticket:\nonly one\nSummary: one"

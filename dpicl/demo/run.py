@@ -91,15 +91,22 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+FREE_LABELS = {"zero-shot": "zero-shot", "public few-shot": f"public {NONPRIVATE_SHOTS}-shot"}
+
+
+def best_free(quality: dict[str, float]) -> str:
+    """The free alternative that scored highest (a key of `quality`)."""
+    return max(FREE_LABELS, key=lambda name: quality[name])
+
+
 def verdict(quality: dict[str, float]) -> str:
     """One line on whether the DP answers were worth their budget: against the best free alternative."""
-    labels = {"zero-shot": "zero-shot", "public few-shot": f"public {NONPRIVATE_SHOTS}-shot"}
-    best = max(labels, key=lambda name: quality[name])
+    best = best_free(quality)
     dp, free = quality["dp"], quality[best]
     if dp > free:
-        return f"the DP answers scored {dp - free:.1f} above the best free alternative ({labels[best]})"
-    return (f"[yellow]the free {labels[best]} answers scored {free:.1f}, the DP answers {dp:.1f}: on data like this "
-            "the budget bought nothing (one run, fresh noise each time); `dpicl evaluate` compares the two before "
+        return f"the DP answers scored {dp - free:.1f} above the best free alternative ({FREE_LABELS[best]})"
+    return (f"[yellow]the free {FREE_LABELS[best]} answers scored {free:.1f}, the DP answers {dp:.1f}: on data like "
+            "this the budget bought nothing (one run, fresh noise each time); `dpicl evaluate` compares the two before "
             "any budget is spent[/]")
 
 
@@ -199,7 +206,7 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
         "rougeL_zero_shot": quality["zero-shot"],
         "rougeL_public_few_shot": quality["public few-shot"],
         "rougeL_nonprivate": quality["non-private"],
-        "dp_above_free": quality["dp"] > max(quality["zero-shot"], quality["public few-shot"]),
+        "dp_above_free": quality["dp"] > quality[best_free(quality)],
     }
     console.print(
         f"budget: ε spent {summary['epsilon_spent']:.4f} of {summary['epsilon_limit']:g} (δ={summary['delta']:g}); "

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 
-from dpicl.storage.db import connect
 from dpicl.storage.queries import CLAIM_LEASE_SECONDS, release_claims, renew_claims
+from dpicl.tasks.context import database
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ def claims_kept(db_path: str, run_id: str, lease_seconds: float = CLAIM_LEASE_SE
     def renew() -> None:
         while not stop.wait(lease_seconds / 3):
             try:
-                with closing(connect(db_path)) as con:
+                with database(db_path) as con:
                     renew_claims(con, run_id, lease_seconds)
             except Exception as error:  # noqa: BLE001 (a missed renewal is retried; the lease has slack for two)
                 log.warning("could not renew the claims of run %s (%s); retrying", run_id, type(error).__name__)
@@ -39,5 +39,5 @@ def claims_kept(db_path: str, run_id: str, lease_seconds: float = CLAIM_LEASE_SE
     finally:
         stop.set()
         renewer.join()
-        with closing(connect(db_path)) as con:
+        with database(db_path) as con:
             release_claims(con, run_id)

@@ -236,16 +236,14 @@ def _prefect_slot(name: str, lock: Path, db_name: str, timeout_seconds: float | 
 
 def _mark_crashed_runs(db_path: str, logger) -> None:
     """Runs left `running` by processes that no longer exist become `crashed` (we hold the writer lock now)."""
-    from dpicl.storage.db import connect
     from dpicl.storage.runs import mark_crashed_runs
+    from dpicl.tasks.context import database
 
     if is_file_target(db_path) and not Path(db_path).exists():
         return
-    con = connect(db_path)
-    try:
+    # waits: a CLI reader may have opened the file since wait_until_openable closed it
+    with database(db_path) as con:
         crashed = mark_crashed_runs(con)
-    finally:
-        con.close()
     if crashed:
         logger.warning("marked %d run(s) of processes that no longer run as crashed: %s", len(crashed),
                        ", ".join(crashed))

@@ -130,6 +130,40 @@ def test_a_task_waits_for_a_reader_to_let_go_of_the_file(tmp_path):
         holder.wait()
 
 
+_READ_BRIEFLY = """
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1], read_only=True)
+print("held", flush=True)
+time.sleep(1.5)
+"""
+
+
+def test_a_reader_that_opens_the_file_as_the_writer_gets_it_delays_the_writer_and_does_not_fail_it(tmp_path,
+                                                                                                   monkeypatch):
+    """The writer's first step after waiting for the file (marking crashed runs) waits again: a `dpicl budget
+    show` may open the file between the two (it made a flow exit with DatabaseLockedError)."""
+    from dpicl.flows import locking
+
+    db = tmp_path / "raced.duckdb"
+    connect(db).close()
+    readers = []
+
+    def openable_then_a_reader_opens(*args, **kwargs):
+        wait_until_openable(*args, **kwargs)
+        readers.append(_start(_READ_BRIEFLY, str(db)))
+        assert readers[-1].stdout.readline().strip() == "held"
+
+    monkeypatch.setattr(locking, "wait_until_openable", openable_then_a_reader_opens)
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    try:
+        with locking.database_writer(db):
+            assert readers and readers[0].poll() is not None  # it waited for the reader to let go
+    finally:
+        for reader in readers:
+            reader.kill()
+            reader.wait()
+
+
 # --------------------------------------------------------------------------------------------------------------
 # crash recovery: a writer killed with SIGKILL (no Prefect server: each process has Prefect's temporary one)
 

@@ -129,7 +129,9 @@ def test_budget_show_and_releases_work_while_a_flow_runs(tmp_path, engine, reque
             if paid:
                 break
             time.sleep(0.3)
-        assert worker.poll() is None, "the flow ended before anything was checked"
+        if worker.poll() is not None:
+            out = worker.communicate()[0].decode(errors="replace")
+            pytest.fail(f"the flow ended before anything was checked:\n{out[-3000:]}")
         show = CliRunner().invoke(app, ["budget", "show", "tiny", "--db", db, "--json"])
         releases = CliRunner().invoke(app, ["releases", "tiny-backlog", "--db", db])
         assert show.exit_code == 0, show.output

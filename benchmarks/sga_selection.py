@@ -11,7 +11,8 @@ teachers' consensus (the sum of their embeddings), the same choice with Gaussian
 added to that sum (`--draws` draws), and, for scale, the mean candidate, the public 4-shot answer, the public
 candidates' own consensus (`dpicl evaluate`'s free `public consensus`) and the best candidate. A simplification of
 SGA's last step: one cluster holding every private answer, DPM's tree and the public points of a leaf left out.
-Prints only numbers.
+Then the same private choice, with and without noise, among only the `--central` public candidates nearest the
+others (a free shortlist): whether the private teachers add anything to the public consensus. Prints only numbers.
 """
 
 from __future__ import annotations
@@ -41,11 +42,21 @@ def unit(rows: np.ndarray) -> np.ndarray:
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
 
+def private_choice(candidates: np.ndarray, private: np.ndarray, sigma: float, draws: int,
+                   rng: np.random.Generator) -> tuple[int, np.ndarray]:
+    """The candidate nearest the private teachers' summed embeddings, and that choice with the sum noised
+    (`draws` draws of Gaussian noise of scale `sigma`)."""
+    noisy = np.argmax((private + rng.normal(0.0, sigma, (draws, private.size))) @ candidates.T, axis=1)
+    return int(np.argmax(candidates @ private)), noisy
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", default="dpicl-demo.duckdb")
     parser.add_argument("--draws", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--central", type=int, nargs="+", default=[2, 3, 5],
+                        help="shortlist sizes: the private choice among the public candidates nearest the others")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     con = connect(args.db, read_only=True)
@@ -64,14 +75,21 @@ def main() -> None:
     scores: dict[str, list[float]] = {name: [] for name in (
         "private consensus", "private consensus, noisy", "mean candidate", "public 4-shot", "public consensus",
         "best candidate")}
+    for size in args.central:
+        scores[f"private among {size} central"], scores[f"private among {size} central, noisy"] = [], []
     agreement = []
     for query in sorted(teachers):
         candidates = unit(public[query])
         rouge_l = np.array([rouge([text], [references[query]])["rougeL"] for text in texts[query]])
         private = teachers[query].sum(axis=0)
-        chosen = int(np.argmax(candidates @ private))
-        noisy = np.argmax((private + rng.normal(0.0, sigma, (args.draws, private.size))) @ candidates.T, axis=1)
+        chosen, noisy = private_choice(candidates, private, sigma, args.draws, rng)
         agreement.append(float(np.mean(noisy == chosen)))
+        central = np.argsort(-(candidates @ candidates.sum(axis=0)), kind="stable")
+        for size in args.central:
+            shortlist = central[:size]
+            best, drawn = private_choice(candidates[shortlist], private, sigma, args.draws, rng)
+            scores[f"private among {size} central"].append(rouge_l[shortlist[best]])
+            scores[f"private among {size} central, noisy"].append(float(rouge_l[shortlist[drawn]].mean()))
         scores["private consensus"].append(rouge_l[chosen])
         scores["private consensus, noisy"].append(float(rouge_l[noisy].mean()))
         scores["mean candidate"].append(float(rouge_l.mean()))
@@ -87,7 +105,7 @@ def main() -> None:
     for name, value in means.items():
         diff = np.array(scores[name]) - free
         against[name] = {"above": int((diff > 0).sum()), "below": int((diff < 0).sum())}
-        print(f"  {name:26s} ROUGE-L {value:5.1f}  (above the public 4-shot answer in {against[name]['above']}, "
+        print(f"  {name:34s} ROUGE-L {value:5.1f}  (above the public 4-shot answer in {against[name]['above']}, "
               f"below in {against[name]['below']})")
     if args.json:
         print(json.dumps({"run_id": run_id, "queries": len(agreement), "sigma": sigma,

@@ -203,3 +203,35 @@ def test_the_demo_says_when_a_free_alternative_scored_as_high_as_the_dp_answers(
     assert "free public 4-shot answers scored 45.0, the DP answers 41.3" in wasted and "dpicl evaluate" in wasted
     tie = verdict({"dp": 30.0, "zero-shot": 30.0, "public few-shot": 12.0, "non-private": 63.2})
     assert "free zero-shot answers scored 30.0" in tie  # a tie buys nothing either
+    beaten = verdict({"dp": 41.3, "zero-shot": 20.6, "public few-shot": 40.0, "public consensus": 47.9,
+                      "non-private": 63.2})
+    assert "free public consensus answers scored 47.9" in beaten  # where the method has one
+
+
+def test_the_demos_consensus_alternative_is_the_public_answer_nearest_the_others_read_from_the_flows_artifacts():
+    """`dpicl demo`'s free consensus: among the public texts the flow stored for a query (with their embeddings),
+    the one with the highest summed cosine similarity to the others; for each query its own texts."""
+    import numpy as np
+
+    from dpicl.config import load_config
+    from dpicl.demo.run import stored_consensus
+    from dpicl.storage.artifacts import put_artifact
+    from dpicl.storage.db import connect
+    from dpicl.tasks.rerun import feature_keys
+
+    cfg = load_config("demo")
+    rng = np.random.default_rng(0)
+    con = connect(":memory:")
+    expected = []
+    for i, query in enumerate(["printer jams", "refund missing"]):
+        keys = feature_keys(cfg, query, None)
+        texts = [f"answer {i}.{j}" for j in range(5)]
+        vectors = rng.normal(size=(5, 8)).astype(np.float32)
+        vectors[3] = vectors[[0, 1, 2, 4]].mean(axis=0) * 3  # the centre of the others, and longer: not a unit vector
+        put_artifact(con, keys["public_texts"], "public_outputs", "b", f"q{i}", texts, private=False)
+        put_artifact(con, keys["public"], "public_embeddings", "b", f"q{i}", vectors, private=False)
+        expected.append(texts[3])
+    label, answers = stored_consensus(con, cfg, ["printer jams", "refund missing"])
+    assert (label, answers) == ("public consensus", expected)
+    assert stored_consensus(con, cfg.model_copy(update={"method": cfg.method.model_copy(
+        update={"name": "ksa-jem"})}), ["printer jams"]) is None  # no public texts to vote on

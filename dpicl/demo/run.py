@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,6 +79,27 @@ def stored_public_fewshot(con, cfg, queries: list[str]) -> list[str] | None:
     return [get_artifact(con, feature_keys(cfg, query, None)["public_outputs"])[-1] for query in queries]
 
 
+def stored_consensus(con, cfg, queries: list[str]) -> tuple[str, list[str]] | None:
+    """The free consensus answers, from texts the flow already generated and embedded without private data (SGA's
+    public teachers' answers, ESA's zero-shot candidates): per query, the one nearest all the others
+    (`dpicl.embeddings.candidates.consensus`). (label, answers), or None for a method without such texts."""
+    from dpicl import methods
+    from dpicl.embeddings.candidates import consensus
+    from dpicl.evaluation.sweep import FREE_CONSENSUS
+    from dpicl.storage.artifacts import get_artifact
+    from dpicl.tasks.rerun import feature_keys
+
+    public = methods.get(cfg.method.name).public_texts
+    if public is None:
+        return None
+    answers = []
+    for query in queries:
+        keys = feature_keys(cfg, query, None)
+        texts = get_artifact(con, keys[public.texts])
+        answers.append(texts[consensus(get_artifact(con, keys[public.embeddings]))])
+    return FREE_CONSENSUS[public.source], answers
+
+
 @contextmanager
 def torch_threads(count: int) -> Iterator[None]:
     """torch's intra-op threads set to `count` within (process-wide: only where nothing else runs), restored after."""
@@ -91,12 +113,13 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-FREE_LABELS = {"zero-shot": "zero-shot", "public few-shot": f"public {NONPRIVATE_SHOTS}-shot"}
+FREE_LABELS = {"zero-shot": "zero-shot", "public few-shot": f"public {NONPRIVATE_SHOTS}-shot",
+               "public consensus": "public consensus", "zero-shot consensus": "zero-shot consensus"}
 
 
 def best_free(quality: dict[str, float]) -> str:
-    """The free alternative that scored highest (a key of `quality`)."""
-    return max(FREE_LABELS, key=lambda name: quality[name])
+    """The free alternative that scored highest (a key of `quality`; the consensus ones where the method has them)."""
+    return max((name for name in FREE_LABELS if name in quality), key=lambda name: quality[name])
 
 
 def verdict(quality: dict[str, float]) -> str:
@@ -162,10 +185,13 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
         tickets = {query_id: (text, reference) for query_id, text, reference in backlog}
         answered = [tickets[r["query_id"]] for r in released]
         public_fewshot = stored_public_fewshot(con, cfg, [text for text, _ in answered])
+        consensus_label, consensus_answers = stored_consensus(con, cfg, [text for text, _ in answered]) or (None, [])
     finally:
         con.close()
     console.print(f"the alternatives: zero-shot and {NONPRIVATE_SHOTS}-shot answers from the most similar public "
-                  f"tickets (free), and {NONPRIVATE_SHOTS}-shot answers from the most similar private tickets "
+                  "tickets" + (f" and the {consensus_label} (the public answer nearest all the others)"
+                               if consensus_label else "")
+                  + f" (free), and {NONPRIVATE_SHOTS}-shot answers from the most similar private tickets "
                   "(non-private: what a careless deployment would release)")
     with torch_threads(os.cpu_count() or 1):  # the flow is done: its nearest tickets found on every core
         # the public few-shot answers, where the flow generated them, are not generated twice
@@ -177,6 +203,8 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
             for name, p in prompts.items()}
     if public_fewshot is not None:
         free["public few-shot"] = public_fewshot
+    if consensus_label:
+        free[consensus_label] = consensus_answers
 
     table = Table(title="released answers (differentially private)")
     for column in ("query", "ticket", "answer"):
@@ -206,6 +234,7 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
         "rougeL_zero_shot": quality["zero-shot"],
         "rougeL_public_few_shot": quality["public few-shot"],
         "rougeL_nonprivate": quality["non-private"],
+        **({"rougeL_" + re.sub(r"\W", "_", consensus_label): quality[consensus_label]} if consensus_label else {}),
         "dp_above_free": quality["dp"] > quality[best_free(quality)],
     }
     console.print(
@@ -220,7 +249,9 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
     console.print(
         f"quality on the {len(released)} answered queries (ROUGE-L F1 against the bundled reference summaries, "
         f"higher is better): DP answers {quality['dp']:.1f}; free: zero-shot {quality['zero-shot']:.1f}, public "
-        f"{NONPRIVATE_SHOTS}-shot {quality['public few-shot']:.1f}; non-private {NONPRIVATE_SHOTS}-shot "
+        f"{NONPRIVATE_SHOTS}-shot {quality['public few-shot']:.1f}"
+        + (f", {consensus_label} {quality[consensus_label]:.1f}" if consensus_label else "")
+        + f"; non-private {NONPRIVATE_SHOTS}-shot "
         f"{quality['non-private']:.1f}"
     )
     console.print(verdict(quality))

@@ -114,6 +114,21 @@ def fewshot_records(ranked: Sequence[int], fewshot: int) -> list[int]:
     return list(ranked[:fewshot])[::-1]
 
 
+def icl_groups(n_records: int, shots: int, key: str, ranked: Sequence[int] | None = None,
+               consensus: int | None = None) -> list[list[int]]:
+    """The demonstrations (record indices) of each prompt of one free ICL answer (`synthetic-icl`): `consensus`
+    one-shot prompts if set, then the `shots`-shot prompt. Drawn by :func:`public_teacher_groups` with ``key``, or,
+    given the records ``ranked`` by similarity to the query, the nearest: one-shot prompt t shows the record ranked
+    t, the few-shot prompt the `shots` nearest, the nearest last."""
+    if ranked is None:
+        (fewshot,) = public_teacher_groups(n_records, 1, shots, key)
+        single = public_teacher_groups(n_records, consensus, 1, f"{key}\0consensus") if consensus else []
+    else:
+        fewshot = fewshot_records(ranked, shots)
+        single = nearest_teacher_groups(ranked, consensus, 1) if consensus else []
+    return [*single, fewshot]
+
+
 def public_key(public_dataset: str, query: str) -> str:
     """What the public ensemble's draw for a query depends on (the same in every run: its outputs are cached)."""
     return f"{public_dataset}\0{hashlib.sha256(query.encode()).hexdigest()}"

@@ -35,6 +35,10 @@ def test_method_and_task_must_fit(tmp_path):
         Config.model_validate({**BASE, "task": {**CLASSIFY, "labels": ["yes"]}, "method": {"name": "rnm"}})
     with pytest.raises(ValueError, match="keyword_template must contain"):
         Config.model_validate({**BASE, "method": {"name": "ksa-jem", "keyword_template": "{input} only"}})
+    free = {"name": "synthetic-icl", "demos_dataset": "d", "consensus": 3}
+    assert Config.model_validate({**BASE, "method": free}).method.consensus == 3
+    with pytest.raises(ValueError, match="consensus picks among free-text answers"):
+        Config.model_validate({**BASE, "task": CLASSIFY, "method": free})
 
 
 @pytest.mark.parametrize("name", BUNDLED)

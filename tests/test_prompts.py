@@ -117,3 +117,21 @@ def test_a_configured_template_shows_every_public_fewshot_record_not_only_the_on
     assert all(block.split("\n")[2].startswith("Keywords: ") for block in annotated)
     assert KeywordMethod._example(custom, {"public_example": "Ticket:\nonly one\nSummary: one"}) == \
         "Ticket:\nonly one\nSummary: one"
+
+
+def test_free_icl_draws_its_one_shot_prompts_apart_from_its_few_shot_draw_which_stays_as_before():
+    from dpicl.prompts import icl_groups, public_teacher_groups
+
+    assert icl_groups(50, 4, "ds\0q1") == public_teacher_groups(50, 1, 4, "ds\0q1")  # earlier runs' prompts
+    *single, fewshot = icl_groups(50, 4, "ds\0q1", consensus=6)
+    assert fewshot == icl_groups(50, 4, "ds\0q1")[0] and len(single) == 6 and all(len(g) == 1 for g in single)
+    assert len({i for (i,) in single}) == 6  # six different records
+    assert icl_groups(50, 4, "ds\0q2", consensus=6) != icl_groups(50, 4, "ds\0q1", consensus=6)  # drawn per query
+
+
+def test_free_icl_with_the_nearest_records_shows_them_nearest_last():
+    from dpicl.prompts import icl_groups
+
+    ranked = [7, 3, 19, 0, 12, 5]
+    assert icl_groups(20, 4, "key", ranked) == [[0, 19, 3, 7]]
+    assert icl_groups(20, 2, "key", ranked, consensus=5) == [[7], [3], [19], [0], [12], [3, 7]]

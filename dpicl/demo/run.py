@@ -130,7 +130,16 @@ def verdict(quality: dict[str, float]) -> str:
         return f"the DP answers scored {dp - free:.1f} above the best free alternative ({FREE_LABELS[best]})"
     return (f"[yellow]the free {FREE_LABELS[best]} answers scored {free:.1f}, the DP answers {dp:.1f}: on data like "
             "this the budget bought nothing (one run, fresh noise each time); `dpicl evaluate` compares the two before "
-            "any budget is spent[/]")
+            f"any budget is spent{FREE_METHOD.get(best, '')}[/]")
+
+
+# how the pipeline releases a free alternative itself, at no cost (README, "Methods")
+FREE_METHOD = {
+    "public few-shot": f"; `method: {{name: synthetic-icl, demos_dataset: <public>, shots: {NONPRIVATE_SHOTS}, "
+                       "demonstrations: nearest}` answers a backlog with it for free",
+    "public consensus": f"; `method: {{name: synthetic-icl, demos_dataset: <public>, shots: {NONPRIVATE_SHOTS}, "
+                        "demonstrations: nearest, consensus: 10}` answers a backlog with it for free",
+}
 
 
 def rouge_l(answers: list[str], references: list[str]) -> float:

@@ -15,11 +15,19 @@ from dpicl.privacy.accounting.events import PublicDataEvent
 
 class SyntheticICLSettings(MethodSettings):
     """Plain in-context learning with `shots` demonstrations from a public dataset — typically DP synthetic
-    demonstrations written by `synthesize_demos`. Post-processing of earlier DP releases: answers cost nothing."""
+    demonstrations written by `synthesize_demos`, or any dataset ingested as public. Post-processing of earlier DP
+    releases: answers cost nothing."""
 
     name: Literal["synthetic-icl"] = "synthetic-icl"
     demos_dataset: str
     shots: int = Field(4, ge=1)
+    # which demonstrations a prompt shows: a draw fixed per query, or the query's most similar ones by embedding
+    # (`embedding.model`), the nearest last (the free "public 4-shot" answer of `dpicl evaluate`)
+    demonstrations: Literal["random", "nearest"] = "random"
+    # text tasks: beside the `shots`-shot prompt, this many one-shot prompts (with `nearest`: one of the query's
+    # `consensus` most similar records each), and the released answer is the one nearest all the others by
+    # embedding (the free "public consensus" of `dpicl evaluate`; docs/BENCHMARKS.md)
+    consensus: int | None = Field(None, ge=2)
 
 
 class PublicPlan(Plan):
@@ -40,6 +48,12 @@ class SyntheticICL(Method):
     Settings = SyntheticICLSettings
     Plan = PublicPlan
     task_types = ("summarization", "generation", "classification")
+
+    def check_config(self, cfg):
+        super().check_config(cfg)
+        if cfg.method.consensus is not None and cfg.task.type == "classification":
+            raise ValueError("method.consensus picks among free-text answers; for a classification task leave it "
+                             "out (the answer is the label the few-shot prompt scores highest)")
 
     def calibrate(self, sampling_rate, queries, epsilon, delta):
         return PublicPlan(method=self.name, queries=queries, epsilon=epsilon, delta=delta)

@@ -117,6 +117,13 @@ def encoder(cfg: Config):
         return _encoder(cfg.embedding.model, cfg.embedding.batch_size)
 
 
+@functools.lru_cache(maxsize=2)
+def public_embeddings(encoder, texts: tuple[str, ...]):
+    """A public dataset's inputs embedded, once per process (every batch of a run ranks its queries against the same
+    public set)."""
+    return encoder.encode(texts, batched=True)
+
+
 def reserve_many(con: duckdb.DuckDBPyConnection, cfg: Config, run_id: str, query_ids: Sequence[str], mechanism: str,
                  event_json: str, backlog: str | None = None) -> dict[str, ledger.Reservation]:
     """Pay for the releases of `query_ids` from the config's private dataset before anything is drawn (privacy

@@ -5,10 +5,8 @@ from the public dataset), a public one-shot example (the last demonstration of t
 
 from __future__ import annotations
 
-import functools
 import hashlib
 
-import numpy as np
 from prefect import get_run_logger, task
 
 from dpicl.config import Config
@@ -37,7 +35,7 @@ def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict
     if run.method.needs_public and cfg.method.public_demonstrations == "nearest":
         encoder = context.encoder(cfg)
         rows = most_similar(encoder.encode([queries[q].input for q in samples], batched=True),
-                            _encoded(encoder, tuple(r.input for r in public_records)),
+                            context.public_embeddings(encoder, tuple(r.input for r in public_records)),
                             cfg.method.public_ranked_count)
         ranked = {q: row.tolist() for q, row in zip(samples, rows)}
     with context.database(db_path) as con:
@@ -65,12 +63,6 @@ def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict
                                                        ranked.get(query_id)))
     get_run_logger().info("built prompts for %d queries", len(keys))
     return keys
-
-
-@functools.lru_cache(maxsize=2)
-def _encoded(encoder, texts: tuple[str, ...]) -> np.ndarray:
-    """The public inputs' embeddings, once per process (every batch of a run ranks against the same public set)."""
-    return encoder.encode(texts, batched=True)
 
 
 def _load_public(con, cfg: Config) -> list:

@@ -166,3 +166,44 @@ def test_dp_fewshot_config_is_sent_to_synthesize(pipeline_env):
     _configure(config, {"name": "dp-fewshot"}, public_dataset="tiny", synthetic={"name": "s"})
     with pytest.raises(ValueError, match="dpicl synthesize"):
         answer_backlog(config=config, db=db)
+
+
+def test_free_icl_with_the_nearest_public_records_releases_the_consensus_of_its_prompts(public_env, fake_models):
+    """synthetic-icl on a public dataset with `demonstrations: nearest` and `consensus`: per query, `consensus`
+    one-shot prompts, each with one of the query's most similar public records, and the `shots`-shot prompt with the
+    nearest ones (the nearest last); the release is the answer nearest all the others, free."""
+    import numpy as np
+
+    config, db = public_env
+    backend, encoder = fake_models
+    seen: dict[str, str] = {}  # prompt -> its greedy answer
+    generate = backend.generate
+
+    def recording(prompts, params, *, progress=False):
+        answers = generate(prompts, params, progress=progress)
+        seen.update(zip(prompts, answers))
+        return answers
+
+    backend.generate = recording
+    _configure(config, {"name": "synthetic-icl", "demos_dataset": "tiny-public", "shots": 2,
+                        "demonstrations": "nearest", "consensus": 3})
+    answered = answer_backlog(config=config, db=db)
+    events, releases, after = _state(db)
+    assert answered["answered"] == N_QUERIES and after["epsilon_spent"] == 0
+    assert all(isinstance(e, PublicDataEvent) for e in events)
+
+    public = [f"public ticket {i}" for i in range(10)]
+    unit = encoder.encode(public)
+    for release in releases:
+        query = f"incoming ticket {release['query_id'][1:]}"
+        nearest = np.argsort(-(unit @ encoder.encode([query])[0]), kind="stable")
+        shown = {p: [i for i in range(10) if f"{public[i]}\n" in p] for p in seen if f"{query}\n" in p}
+        assert len(shown) == 4  # 3 one-shot prompts and the 2-shot one
+        assert sorted(map(tuple, shown.values())) == sorted([(nearest[0],), (nearest[1],), (nearest[2],),
+                                                             tuple(sorted(nearest[:2]))])
+        fewshot = next(p for p, ids in shown.items() if len(ids) == 2)
+        assert fewshot.index(public[nearest[0]]) > fewshot.index(public[nearest[1]])  # the nearest last
+        answers = [seen[p] for p in shown]
+        vectors = encoder.encode(answers)
+        assert release["answer"] == answers[int(np.argmax(vectors @ vectors.sum(axis=0)))]
+        assert release["details"]["consensus"] == 3 and release["details"]["demonstrations"] == "nearest"

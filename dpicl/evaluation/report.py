@@ -50,6 +50,17 @@ def free_baselines_ahead(summary: Sequence[dict]) -> list[str]:
             and metric in s["metrics"] and s["metrics"][metric]["mean"] < top]
 
 
+def free_note(behind: Sequence[str]) -> str:
+    """The report's sentence on the DP settings a free answer beats (`free_baselines_ahead`), and, where that answer
+    comes from public data, the config that releases it at no cost."""
+    note = f"A free answer scores higher than these DP settings (their answers would buy nothing): {'; '.join(behind)}."
+    if "< public " in behind[0]:  # every line names the same best free answer
+        note += (" The pipeline releases the free answers from public data at no cost: `method: {name: synthetic-icl, "
+                 "demos_dataset: <public>, shots: 4, demonstrations: nearest}` for the public 4-shot answer, with "
+                 "`consensus: <teachers>` for the public consensus.")
+    return note
+
+
 def metric_names(summary: Sequence[dict]) -> list[str]:
     return list(dict.fromkeys(m for s in summary for m in s["metrics"]))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from prefect import get_run_logger, task
 
 from dpicl.evaluation import sweep
-from dpicl.evaluation.report import free_baselines_ahead, markdown_table, plot, summarize
+from dpicl.evaluation.report import free_baselines_ahead, free_note, markdown_table, plot, summarize
 from dpicl.privacy.rng import benchmark_rng, derived_seed
 from dpicl.storage.evaluations import store_evaluation
 from dpicl.tasks import context
@@ -96,8 +96,7 @@ def store_and_report(db_path: str, sweep_id: str, meta: dict, rows: list[dict], 
     png = plot(summary, out / f"{sweep_id}.png", title)
     table = markdown_table(summary)
     behind = free_baselines_ahead(summary)
-    note = "" if not behind else ("\n\nA free answer scores higher than these DP settings (their answers would "
-                                  "buy nothing): " + "; ".join(behind) + ".")
+    note = f"\n\n{free_note(behind)}" if behind else ""
     report = out / f"{sweep_id}.md"
     report.write_text(f"## Sweep {sweep_id}\n\n{title}\n\n{table}{note}\n\nPlot: `{png}`\n")
     return {"summary": summary, "table": table, "plot": str(png), "report": str(report), "free_ahead": behind}

@@ -337,7 +337,7 @@ def test_sga_scores_its_top1_release_once_when_the_config_already_selects_top1()
 
 
 def test_the_report_names_the_dp_settings_a_free_answer_beats():
-    from dpicl.evaluation.report import free_baselines_ahead
+    from dpicl.evaluation.report import free_baselines_ahead, free_note
 
     def row(setting, method, epsilon, value, metric="rougeL"):
         return {"setting": setting, "method": method, "epsilon": epsilon, "repetition": 0, "metric": metric,
@@ -349,6 +349,10 @@ def test_the_report_names_the_dp_settings_a_free_answer_beats():
             row("ksa-ptr ε=1", "ksa-ptr", 1.0, 100.0, "ptr_passed_%")]
     assert free_baselines_ahead(summarize(rows)) == ["sga ε=1: rougeL 25.00 < public 4-shot 30.00"]
     assert free_baselines_ahead(summarize([r for r in rows if r["setting"] != "public 4-shot"])) == []
+    # the report says how to release a free answer from public data at no cost; the zero-shot one needs no config
+    assert "synthetic-icl" in free_note(free_baselines_ahead(summarize(rows)))
+    rows.append(row("zero-shot consensus", None, None, 35.0))
+    assert "synthetic-icl" not in free_note(free_baselines_ahead(summarize(rows)))
 
 
 def test_a_sweep_shows_each_teacher_the_records_of_its_own_nearest_the_query_as_the_pipeline_does(sweep_env):

@@ -46,7 +46,8 @@ def icl(db_path: str, run_id: str, query_ids: list[str]) -> list[dict]:
                 for group in icl_groups(len(demos), m.shots, f"{m.demos_dataset}\0{query_id}", row, m.consensus)]
                for query_id, text, row in zip(query_ids, inputs, ranked, strict=True)]
     backend = context.backend(cfg)
-    details = {"demos_dataset": m.demos_dataset, "shots": m.shots}
+    details = {"demos_dataset": m.demos_dataset, "shots": m.shots,
+               **({"demonstrations": "nearest"} if m.demonstrations == "nearest" else {})}
     if cfg.task.type == "classification":  # one prompt per query (check_config refuses consensus here)
         votes = label_votes(backend, [p for (p,) in prompts], cfg, inputs)
         answers, extra = [cfg.task.labels[v] for v in votes], [{}] * len(query_ids)
@@ -61,8 +62,6 @@ def icl(db_path: str, run_id: str, query_ids: list[str]) -> list[dict]:
             chosen = [consensus(v) for v in _split(context.encoder(cfg).encode(flat, batched=True), sizes)]
             answers = [group[i] for group, i in zip(groups, chosen, strict=True)]
             extra = [{"consensus": m.consensus, "chosen_prompt": i} for i in chosen]
-    if m.demonstrations == "nearest":
-        details["demonstrations"] = "nearest"
     with context.database(db_path) as con:
         reservations = context.reserve_many(con, cfg, run_id, query_ids, m.name, event_json)  # free: all of them
         for query_id, answer, more in zip(query_ids, answers, extra, strict=True):

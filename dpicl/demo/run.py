@@ -122,24 +122,26 @@ def best_free(quality: dict[str, float]) -> str:
     return max((name for name in FREE_LABELS if name in quality), key=lambda name: quality[name])
 
 
-def verdict(quality: dict[str, float]) -> str:
-    """One line on whether the DP answers were worth their budget: against the best free alternative."""
+def verdict(quality: dict[str, float], public_teachers: int) -> str:
+    """One line on whether the DP answers were worth their budget: against the best free alternative (and, where
+    that is a public one, the config that releases it; the consensus over `public_teachers` one-shot prompts)."""
     best = best_free(quality)
     dp, free = quality["dp"], quality[best]
     if dp > free:
         return f"the DP answers scored {dp - free:.1f} above the best free alternative ({FREE_LABELS[best]})"
     return (f"[yellow]the free {FREE_LABELS[best]} answers scored {free:.1f}, the DP answers {dp:.1f}: on data like "
             "this the budget bought nothing (one run, fresh noise each time); `dpicl evaluate` compares the two before "
-            f"any budget is spent{FREE_METHOD.get(best, '')}[/]")
+            f"any budget is spent{free_release(best, public_teachers)}[/]")
 
 
-# how the pipeline releases a free alternative itself, at no cost (README, "Methods")
-FREE_METHOD = {
-    "public few-shot": f"; `method: {{name: synthetic-icl, demos_dataset: <public>, shots: {NONPRIVATE_SHOTS}, "
-                       "demonstrations: nearest}` answers a backlog with it for free",
-    "public consensus": f"; `method: {{name: synthetic-icl, demos_dataset: <public>, shots: {NONPRIVATE_SHOTS}, "
-                        "demonstrations: nearest, consensus: 10}` answers a backlog with it for free",
-}
+def free_release(best: str, public_teachers: int) -> str:
+    """How the pipeline releases the free alternative `best` itself, at no cost (README, "Methods"); "" if it
+    cannot."""
+    extra = {"public few-shot": "", "public consensus": f", consensus: {public_teachers}"}.get(best)
+    if extra is None:
+        return ""
+    return (f"; `method: {{name: synthetic-icl, demos_dataset: <public>, shots: {NONPRIVATE_SHOTS}, "
+            f"demonstrations: nearest{extra}}}` answers a backlog with it for free")
 
 
 def rouge_l(answers: list[str], references: list[str]) -> float:
@@ -263,7 +265,7 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
         + f"; non-private {NONPRIVATE_SHOTS}-shot "
         f"{quality['non-private']:.1f}"
     )
-    console.print(verdict(quality))
+    console.print(verdict(quality, cfg.method.teachers))
     if as_json:
         print(json.dumps(summary))
     return summary

@@ -10,6 +10,7 @@ from typing import Any
 from dpicl import methods
 from dpicl.methods.base import Facts, Plan
 from dpicl.privacy.accounting import max_additional
+from dpicl.privacy.accounting.calibration import PAYABLE_SEARCH_LIMIT
 from dpicl.privacy.accounting.events import PublicDataEvent
 
 
@@ -103,13 +104,23 @@ def describe(result: Plan, budget: dict[str, Any] | None = None) -> str:
         if b.get("free"):
             pays = "costs nothing: any number of queries"
         elif m.unit == "syntheses":  # one ledger charge pays for a whole synthesis
-            pays = (f"pays for {b['queries_payable']} more syntheses of {result.queries} demonstrations at these "
+            pays = (f"pays for {payable_words(b['queries_payable'])} more syntheses of {result.queries} demonstrations at these "
                     "settings")
         else:
-            pays = f"pays for {b['queries_payable']} more queries at these settings"
+            pays = f"pays for {payable_words(b['queries_payable'])} more queries at these settings"
         lines.append(f"  open budget of {b['dataset']!r}: ε {b['epsilon_spent']:.4f} of {b['epsilon_limit']:g} spent "
                      f"({b['ledger_entries']} entries) — {pays}")
     return "\n".join(lines)
+
+
+def payable_words(count: int | None, free: bool = False) -> str:
+    """A number of payable queries for people: a free plan is never limited, and the search for the count stops at
+    PAYABLE_SEARCH_LIMIT (a count there means at least that many)."""
+    if free:
+        return "unlimited (free)"
+    if count is None:
+        return "no plan yet"
+    return f"≥ {count:,}" if count >= PAYABLE_SEARCH_LIMIT else f"{count:,}"
 
 
 def for_people(numbers: Mapping[str, Any]) -> str:

@@ -95,6 +95,8 @@ def budget_verify(dataset: str, db: DbOption = None, as_json: JsonOption = False
 
 def print_budget(summary: dict) -> None:
     """A budget's summary (`dpicl.storage.ledger.budget_summary`) as a table (also after `dpicl answer`)."""
+    from dpicl.planning import payable_words
+
     table = Table(title=f"privacy budget of {summary['dataset']!r}")
     payable = summary.get("queries_still_payable")
     for column in ("spent ε / limit", "remaining ε", "δ", "entries", "releases", "payable queries"):
@@ -103,7 +105,7 @@ def print_budget(summary: dict) -> None:
     table.add_row(
         f"{summary['epsilon_spent']:.3g} / {summary['epsilon_limit']:g} ({share:.0%})",
         f"{summary['epsilon_remaining']:.3g}", f"{summary['delta']:g}", str(summary["ledger_entries"]),
-        str(summary["releases"]), "no plan yet" if payable is None else str(payable),
+        str(summary["releases"]), payable_words(payable, summary.get("plan_is_free", False)),
     )
     console.print(table)
     if payable is not None:

@@ -358,14 +358,16 @@ def budget_summary(con: duckdb.DuckDBPyConnection, dataset: str) -> dict[str, An
 
 def budget_report(con: duckdb.DuckDBPyConnection, dataset: str, event_json: str | None) -> dict:
     """`budget_summary`, with `queries_still_payable`: how many more queries of the plan whose per-query event is
-    `event_json` the budget pays for (None without a plan)."""
+    `event_json` the budget pays for (None without a plan or for a free one: `plan_is_free`)."""
     from dpicl.privacy.accounting import max_additional
-    from dpicl.privacy.accounting.events import event_from_json
+    from dpicl.privacy.accounting.events import PublicDataEvent, event_from_json
 
     summary = budget_summary(con, dataset)
-    summary["queries_still_payable"] = None if event_json is None else max_additional(
-        composed_events(budget_state(con, dataset)), event_from_json(event_json), summary["epsilon_limit"],
-        summary["delta"])
+    event = None if event_json is None else event_from_json(event_json)
+    # a free plan (public data only: post-processing) is never limited by the budget: no count
+    summary["plan_is_free"] = isinstance(event, PublicDataEvent)
+    summary["queries_still_payable"] = None if event is None or summary["plan_is_free"] else max_additional(
+        composed_events(budget_state(con, dataset)), event, summary["epsilon_limit"], summary["delta"])
     return summary
 
 

@@ -17,9 +17,10 @@ from prefect.artifacts import (
 from dpicl import methods
 from dpicl.config import Config
 from dpicl.methods.base import Budget, Facts, Plan
-from dpicl.planning import for_people
+from dpicl.planning import for_people, payable_words
 from dpicl.privacy.accounting import choose_accountant
 from dpicl.privacy.accounting.composed import composed_events
+from dpicl.privacy.accounting.events import PublicDataEvent
 from dpicl.spend_plot import spend_data_url
 from dpicl.storage import get_dataset
 from dpicl.storage.ledger import (
@@ -72,8 +73,13 @@ def open_run(config_path: str, db_path: str) -> dict:
         create_run(con, run_id, method.name, cfg.private_dataset, cfg.backlog, cfg.model_dump(mode="json"),
                    str(flow_run_id) if flow_run_id else None)
         store_plan(con, run_id, cfg.backlog, numbers, event_json)
-    get_run_logger().info("run %s: %s per query, planned for %d queries at ε=%g, δ=%g: %s", run_id, method.name,
-                          plan.queries, budget.epsilon, budget.delta, for_people(numbers))
+    if isinstance(plan.event(), PublicDataEvent):
+        get_run_logger().info("run %s: %s uses public data and earlier DP releases only: its answers cost nothing "
+                              "(the budget, ε=%g, δ=%g, is not touched)", run_id, method.name, budget.epsilon,
+                              budget.delta)
+    else:
+        get_run_logger().info("run %s: %s per query, planned for %d queries at ε=%g, δ=%g: %s", run_id,
+                              method.name, plan.queries, budget.epsilon, budget.delta, for_people(numbers))
     for warning in methods.get(method.name).warnings(method, plan):
         get_run_logger().warning(warning)
     return {"run_id": run_id, "method": method.name, "batch_queries": cfg.batch_queries, "backlog": cfg.backlog}
@@ -113,7 +119,7 @@ def publish(db_path: str, run_id: str, query_ids: list[str], released: list[dict
             "|---|---|---|---|---|---|---|",
             f"| {summary['epsilon_limit']:g} | {summary['epsilon_spent']:.4f} | {summary['epsilon_remaining']:.4f} "
             f"| {summary['delta']:g} | {summary['ledger_entries']} | {summary['releases']} "
-            f"| {summary['queries_still_payable']} |",
+            f"| {payable_words(summary['queries_still_payable'], summary['plan_is_free'])} |",
         ]),
         key=f"budget-{_slug(cfg.private_dataset)}",
         description="ε spent is the accountant's upper bound over every ledger entry of the dataset",

@@ -239,3 +239,34 @@ def test_processes_reserving_at_once_never_exceed_the_limit(tmp_path):
     finally:
         alone.close()
     assert sum(paid) == len(solo)
+
+
+def test_the_payable_count_says_unlimited_for_a_free_plan_and_at_least_where_its_search_stops(con):
+    """A free plan was shown as 100000 payable queries, the search's limit, as if the budget ran out there."""
+    from rich.console import Console
+
+    import dpicl.cli.budget as budget_cli
+    from dpicl.privacy.accounting.calibration import PAYABLE_SEARCH_LIMIT
+    from dpicl.privacy.accounting.events import PublicDataEvent
+    from dpicl.storage.ledger import budget_report
+
+    open_budget(con, "d", 1.0, 1e-5)
+    free = budget_report(con, "d", PublicDataEvent("synthetic-icl").to_json())
+    cheap = budget_report(con, "d", esa.cost(noise_multiplier=50.0, sampling_rate=1e-4).to_json())
+    dear = budget_report(con, "d", esa.cost(noise_multiplier=2.0, sampling_rate=0.2).to_json())
+    assert free["plan_is_free"] and free["queries_still_payable"] is None
+    assert not cheap["plan_is_free"] and cheap["queries_still_payable"] == PAYABLE_SEARCH_LIMIT
+    assert 0 < dear["queries_still_payable"] < PAYABLE_SEARCH_LIMIT
+
+    def shown(summary):
+        console = Console(width=200, record=True)
+        budget_cli.console, before = console, budget_cli.console
+        try:
+            budget_cli.print_budget(summary)
+        finally:
+            budget_cli.console = before
+        return console.export_text()
+
+    assert "unlimited (free)" in shown(free)
+    assert f"≥ {PAYABLE_SEARCH_LIMIT:,}" in shown(cheap)
+    assert f"{dear['queries_still_payable']:,}" in shown(dear) and "≥" not in shown(dear)

@@ -217,13 +217,17 @@ def calibrate_noise_multiplier(
     return bisect(fits, nm * (1 + step), lo, rel_tol=_REL_TOL, relative_to="lower")
 
 
+# how far `max_additional` searches by default: a count at this limit means "at least this many"
+PAYABLE_SEARCH_LIMIT = 100_000
+
+
 def max_additional(
     events_so_far: Sequence[PrivacyEvent],
     new_event: PrivacyEvent,
     epsilon_limit: float,
     delta: float,
     accountant=None,
-    upper: int = 100_000,
+    upper: int = PAYABLE_SEARCH_LIMIT,
 ) -> int:
     """Largest k ≤ ``upper`` with ε(events_so_far + k × new_event) ≤ ``epsilon_limit`` by the accountant.
 

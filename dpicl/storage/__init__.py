@@ -12,6 +12,7 @@ from dpicl.storage.queries import (
     backlog_counts,
     get_dataset,
     get_queries,
+    load_public_records,
     load_records,
     pending_queries,
     set_query_status,
@@ -22,5 +23,5 @@ __all__ = [
     "DatabaseLockedError", "FieldMap", "IngestError", "IngestReport", "Query", "Record", "SchemaVersionError",
     "artifact_key", "backlog_counts", "connect", "create_run", "default_db_path", "finish_run", "get_artifact",
     "get_artifacts", "get_dataset", "get_queries", "get_run", "has_artifact", "ingest_dataset", "ingest_queries",
-    "load_records", "pending_queries", "put_artifact", "set_query_status", "transaction",
+    "load_public_records", "load_records", "pending_queries", "put_artifact", "set_query_status", "transaction",
 ]

@@ -68,6 +68,23 @@ def load_records(con: duckdb.DuckDBPyConnection, dataset: str) -> list[Record]:
     return [Record(*row) for row in rows]
 
 
+def load_public_records(con: duckdb.DuckDBPyConnection, dataset: str, setting: str) -> list[Record]:
+    """All records of `dataset` in file order, which must have been ingested as public (`setting`: the config key
+    that named it, for the error). The kind is read by the statement that reads the records: PostgreSQL gives each
+    statement its own snapshot, so a replace by a private dataset committed between a separate check and read would
+    put private records into answers charged nothing."""
+    rows = con.execute("SELECT d.kind, r.record_id, r.input, r.output FROM datasets d "
+                       "LEFT JOIN records r ON r.dataset = d.name WHERE d.name = ? ORDER BY r.row_no",
+                       [dataset]).fetchall()
+    if not rows:
+        get_dataset(con, dataset)  # LookupError: never ingested, with the ingest command
+        return []
+    if rows[0][0] != "public":
+        raise ValueError(f"{setting} {dataset!r} was ingested as {rows[0][0]}, not public; point {setting} at a "
+                         "dataset ingested with `--as public`")
+    return [Record(*row[1:]) for row in rows if row[1] is not None]
+
+
 def pending_queries(con: duckdb.DuckDBPyConnection, backlog: str, limit: int | None = None) -> list[str]:
     """Ids of the backlog's pending queries in backlog order (at most `limit`)."""
     rows = con.execute("SELECT query_id FROM queries WHERE backlog = ? AND status = 'pending' ORDER BY row_no "

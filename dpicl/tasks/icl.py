@@ -14,7 +14,7 @@ from dpicl.embeddings.candidates import consensus, most_similar
 from dpicl.inference.teachers import greedy_params, label_votes
 from dpicl.privacy.accounting.guard import require_paid
 from dpicl.prompts import icl_groups, render_prompt
-from dpicl.storage import get_dataset, get_queries, load_records
+from dpicl.storage import get_queries, load_public_records
 from dpicl.storage.ledger import record_release
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
@@ -28,11 +28,7 @@ def icl(db_path: str, run_id: str, query_ids: list[str]) -> list[dict]:
         run = context.run(con, run_id)
         cfg, m, event_json = run.cfg, run.cfg.method, run.event_json
         require_paid(event_json, run.plan.event(), what="these answers")  # no private data is read: free
-        dataset = get_dataset(con, m.demos_dataset)
-        if dataset["kind"] != "public":
-            raise ValueError(f"demos_dataset {m.demos_dataset!r} was ingested as {dataset['kind']!r}; synthetic-icl "
-                             "uses public demonstrations only (e.g. those written by synthesize_demos)")
-        demos = [(r.input, r.output) for r in load_records(con, m.demos_dataset)]
+        demos = [(r.input, r.output) for r in load_public_records(con, m.demos_dataset, "demos_dataset")]
         queries = get_queries(con, cfg.backlog, query_ids)
     inputs = [queries[q].input for q in query_ids]
     ranked = [None] * len(query_ids)

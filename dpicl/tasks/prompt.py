@@ -12,7 +12,7 @@ from prefect import get_run_logger, task
 from dpicl.config import Config
 from dpicl.embeddings.candidates import most_similar
 from dpicl.prompts import fewshot_records, public_ensemble, public_key, render_prompt, zero_shot_prompt
-from dpicl.storage import get_dataset, get_queries, load_records
+from dpicl.storage import get_queries, load_public_records, load_records
 from dpicl.storage.artifacts import artifact_key, get_artifacts, put_artifact
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
@@ -67,11 +67,7 @@ def prompt(db_path: str, run_id: str, samples: dict[str, str]) -> dict[str, dict
 
 def _load_public(con, cfg: Config) -> list:
     """The public dataset's records, after checking it really is public (never a private dataset by mistake)."""
-    dataset = get_dataset(con, cfg.public_dataset)
-    if dataset["kind"] != "public":
-        raise ValueError(f"public_dataset {cfg.public_dataset!r} was ingested as {dataset['kind']!r}; the public "
-                         "ensemble may only use a dataset ingested with kind public")
-    records = load_records(con, cfg.public_dataset)
+    records = load_public_records(con, cfg.public_dataset, "public_dataset")
     if not records:
         raise ValueError(f"public dataset {cfg.public_dataset!r} has no records")
     return records

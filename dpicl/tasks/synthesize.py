@@ -20,7 +20,7 @@ from dpicl.preflight import check_synthesis
 from dpicl.privacy.accounting.guard import require_paid
 from dpicl.privacy.rng import make_rng
 from dpicl.progress import track
-from dpicl.storage import get_dataset, load_records
+from dpicl.storage import get_dataset, load_public_records, load_records
 from dpicl.storage.ledger import BudgetError, require_budget
 from dpicl.storage.runs import create_run, finish_run
 from dpicl.storage.synthetic import check_new_dataset, write_synthetic_dataset
@@ -44,7 +44,7 @@ def _pools(cfg: Config, records: list) -> dict[str | None, list]:
 
 
 def _public_inputs(con, cfg: Config, count: int) -> list[str]:
-    inputs = [r.input for r in load_records(con, cfg.public_dataset)][:count]
+    inputs = [r.input for r in load_public_records(con, cfg.public_dataset, "public_dataset")][:count]
     if len(inputs) < count:
         raise ValueError(f"public dataset {cfg.public_dataset!r} has {len(inputs)} inputs; {count} needed (lower "
                          "method.demos)")

@@ -25,11 +25,13 @@ def claims_kept(db_path: str, run_id: str, lease_seconds: float = CLAIM_LEASE_SE
     stop = threading.Event()
 
     def renew() -> None:
-        while not stop.wait(lease_seconds / 3):
+        # a try every lease/5 that waits at most lease/20 for a reader to let go of the file: three tries fit in
+        # one lease, so two missed renewals in a row leave the claims held
+        while not stop.wait(lease_seconds / 5):
             try:
-                with database(db_path) as con:
+                with database(db_path, wait_seconds=lease_seconds / 20) as con:
                     renew_claims(con, run_id, lease_seconds)
-            except Exception as error:  # noqa: BLE001 (a missed renewal is retried; the lease has slack for two)
+            except Exception as error:  # noqa: BLE001 (a missed renewal is retried)
                 log.warning("could not renew the claims of run %s (%s); retrying", run_id, type(error).__name__)
 
     renewer = threading.Thread(target=renew, name="dpicl-claims", daemon=True)

@@ -4,7 +4,8 @@
 the accountants and calibrations would overflow long before. δ must lie in (`MIN_DELTA`, 1): the PRV accountant,
 which checks every spend, evaluates ε at δ − 1e-10 (`dpicl.privacy.accounting.prv.DEFAULT_DELTA_ERROR`), so a
 smaller δ (e.g. a subnormal 1e-320) is one no spend could ever be checked against. NaN fails every comparison and
-is refused with the rest.
+is refused with the rest. δ must also be below 1/n for a dataset of n records (`delta_problem`): a mechanism that
+publishes one record of the n outright, chosen at random, is (0, 1/n)-DP, so a δ of 1/n or more permits that.
 """
 
 from __future__ import annotations
@@ -27,3 +28,13 @@ def budget_problem(epsilon: object, delta: object) -> str | None:
         return (f"δ must be greater than {MIN_DELTA:g} (the smallest δ the PRV accountant can check spending "
                 f"against) and less than 1 (got {delta:g}); well below 1/|dataset| is usual, e.g. 1e-5")
     return None
+
+
+def delta_problem(delta: float, records: int) -> str | None:
+    """Why δ is too large for a dataset of `records` records (δ ≥ 1/n), or None. Numbers only."""
+    if delta * records < 1:
+        return None
+    suggestion = 10.0 ** math.floor(math.log10(0.1 / records))
+    return (f"δ = {delta:g} is not below 1/n = 1/{records} for this dataset of {records} records: with δ ≥ 1/n, "
+            f"a mechanism that publishes a whole record outright would meet the guarantee; give e.g. --delta "
+            f"{suggestion:g} (well below 1/n)")

@@ -63,17 +63,20 @@ class Reservation:
 def open_budget(con: duckdb.DuckDBPyConnection, dataset: str, epsilon: float, delta: float) -> Budget:
     """Open the (only) budget of a private dataset. A budget is never replaced: that would forget spend."""
     from dpicl.names import name_problem
-    from dpicl.storage.budget_limits import budget_problem
+    from dpicl.storage.budget_limits import budget_problem, delta_problem
 
     problem = name_problem(dataset, "dataset name") or budget_problem(epsilon, delta)
     if problem is not None:
         raise BudgetError(problem)
     with transaction(con):
-        row = con.execute("SELECT kind FROM datasets WHERE name = ?", [dataset]).fetchone()
+        row = con.execute("SELECT kind, n_records FROM datasets WHERE name = ?", [dataset]).fetchone()
         if row is None:
             raise BudgetError(f"no dataset named {dataset!r}: ingest it first with `dpicl ingest`")
         if row[0] != "private":
             raise BudgetError(f"dataset {dataset!r} is public: budgets are opened on private datasets only")
+        problem = delta_problem(delta, row[1])
+        if problem is not None:
+            raise BudgetError(problem)
         if get_budget(con, dataset) is not None:
             raise BudgetError(
                 f"dataset {dataset!r} already has a budget; its spend is permanent, so it cannot be reopened"

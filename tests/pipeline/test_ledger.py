@@ -88,6 +88,17 @@ def test_budget_cannot_be_reopened_or_opened_on_public_or_missing(con, tmp_path)
         open_budget(con, "d", -1.0, 1e-5)
 
 
+def test_a_delta_of_one_over_n_or_more_is_refused(con):
+    """δ = 1/n permits publishing one of the n records outright; the fixture's dataset has 20 records."""
+    from dpicl.storage.ledger import get_budget
+
+    for delta in (0.05, 0.3):
+        with pytest.raises(BudgetError, match=r"δ = .* is not below 1/n = 1/20 .*--delta 0.001"):
+            open_budget(con, "d", 1.0, delta)
+    assert get_budget(con, "d") is None  # nothing written
+    assert open_budget(con, "d", 1.0, 0.049).delta == 0.049
+
+
 def test_a_batch_is_reserved_in_one_transaction_for_as_many_as_the_budget_pays(con):
     from dpicl.storage.ledger import reserve_batch, verify_budget
 

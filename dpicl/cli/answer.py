@@ -41,6 +41,9 @@ def answer(
     result = answer_backlog(config=config, db=str(db) if db else None, max_queries=max_queries)
     console.print(f"answered {result['answered']}, refused {result['refused_budget']} (budget)")
     print_budget(result["budget"])
+    # a URL may hold a password: not echoed
+    where = "" if not db else " --db <the same URL>" if "://" in db else f" --db {db}"
+    console.print(f"the answers: `dpicl releases {cfg.backlog}{where}` (serving them again is free)", soft_wrap=True)
 
 
 def synthesize(

@@ -130,8 +130,8 @@ def verdict(quality: dict[str, float], public_teachers: int) -> str:
     if dp > free:
         return f"the DP answers scored {dp - free:.1f} above the best free alternative ({FREE_LABELS[best]})"
     return (f"[yellow]the free {FREE_LABELS[best]} answers scored {free:.1f}, the DP answers {dp:.1f}: on data like "
-            "this the budget bought nothing (one run, fresh noise each time); `dpicl evaluate` compares the two before "
-            f"any budget is spent{free_release(best, public_teachers)}[/]")
+            "this the budget bought nothing (one run, fresh noise each time); `dpicl evaluate` compares the two on "
+            f"benchmark or public data like yours (its scores are not private){free_release(best, public_teachers)}[/]")
 
 
 def free_release(best: str, public_teachers: int) -> str:
@@ -182,7 +182,7 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
         con.close()
     console.print(f"[bold]dpicl demo[/]: budget ε={DEMO_EPSILON:g}, δ={DEMO_DELTA:g} on {cfg.private_dataset!r}; "
                   f"answering {cfg.backlog!r} with {cfg.method.name} ({cfg.method.teachers} teachers × "
-                  f"{cfg.method.shots} shots)")
+                  f"{cfg.method.shots} shot{'s' if cfg.method.shots != 1 else ''} each)")
 
     result = answer_backlog(config="demo", db=str(db))
 
@@ -195,13 +195,15 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
         # the answered queries only: the refused ones have no DP answer to compare with
         tickets = {query_id: (text, reference) for query_id, text, reference in backlog}
         answered = [tickets[r["query_id"]] for r in released]
+        refused = sorted(set(tickets) - {r["query_id"] for r in released})
         public_fewshot = stored_public_fewshot(con, cfg, [text for text, _ in answered])
         consensus_label, consensus_answers = stored_consensus(con, cfg, [text for text, _ in answered]) or (None, [])
     finally:
         con.close()
-    console.print(f"the alternatives: zero-shot and {NONPRIVATE_SHOTS}-shot answers from the most similar public "
-                  "tickets" + (f" and the {consensus_label} (the public answer nearest all the others)"
-                               if consensus_label else "")
+    console.print(f"generating the alternatives to compare the DP answers with: zero-shot and {NONPRIVATE_SHOTS}-shot "
+                  "answers from the most similar public tickets"
+                  + (f" and the {consensus_label} (the public answer nearest all the others)"
+                     if consensus_label else "")
                   + f" (free), and {NONPRIVATE_SHOTS}-shot answers from the most similar private tickets "
                   "(non-private: what a careless deployment would release)")
     with torch_threads(os.cpu_count() or 1):  # the flow is done: its nearest tickets found on every core
@@ -251,6 +253,7 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
     console.print(
         f"budget: ε spent {summary['epsilon_spent']:.4f} of {summary['epsilon_limit']:g} (δ={summary['delta']:g}); "
         f"{summary['answered']} answered, {summary['refused']} refused because the budget could not pay"
+        + (f" ({', '.join(refused)})" if refused else "")
     )
     console.print(
         f"canaries ({len(planted)} planted in the private tickets): found in "
@@ -266,6 +269,9 @@ def run_demo(db: Path, *, console: Console, as_json: bool = False) -> dict:
         f"{quality['non-private']:.1f}"
     )
     console.print(verdict(quality, cfg.method.teachers))
+    console.print(f"the demo's database is {str(db)!r}; look around with `dpicl releases {cfg.backlog} --db {db}` "
+                  f"and `dpicl budget show {cfg.private_dataset} --db {db}`, then see the README, \"Using it on your "
+                  "data\"")
     if as_json:
         print(json.dumps(summary))
     return summary

@@ -25,13 +25,25 @@ class AdaPMixEDSettings(TokenSettings):
 
     name: Literal["adapmixed"] = "adapmixed"
     members: int = Field(20, ge=1)
+    """Member prompts, each over its own disjoint part of the private data (a record's part is a keyed hash of it);
+    paper 003 used 100."""
     shots: int = Field(1, ge=1)
+    """Demonstrations each member prompt shows from its part (at most)."""
     alpha: int = Field(adapmixed.ALPHA, ge=2)
+    """Rényi order α at which each answer's cost is charged."""
     beta: float | None = Field(None, gt=0)
+    """Rényi-ball parameter β: each member is mixed with the public distribution within radius β·α (larger: more
+    private influence, more cost); None: the largest β the budget allows for `planned_queries` answers."""
     top_k: int = Field(adapmixed.TOP_K, ge=1)
+    """Size of the noisy screen's support K: the top-k tokens of the public (zero-shot) distribution (does not
+    change the cost)."""
     screen_lambda: float = Field(adapmixed.SCREEN_LAMBDA, gt=0, le=1)
+    """Weight λ of each member in the screening mixture λ·p_i + (1−λ)·p_0 (the screen's cost grows with λ²)."""
     screen_sigma: float = Field(adapmixed.SCREEN_SIGMA, gt=0)
+    """Standard deviation σ of the Gaussian noise on the screening mixture (the screen's cost falls with σ²)."""
     threshold: float = Field(adapmixed.THRESHOLD, gt=0)
+    """Screen threshold T: a token is decoded from the private mixture when the noisy screen's Rényi divergence
+    from the public distribution is at most T, else from the public distribution (does not change the cost)."""
 
 
 _DEFAULTS = AdaPMixEDSettings()

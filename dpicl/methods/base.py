@@ -33,7 +33,8 @@ Kind = Literal["ensemble", "token", "synthesis", "public"]
 class MethodSettings(BaseModel):
     """A method's section of a run config (`method:`); one subclass per method, validated here and nowhere else."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # every setting carries an attribute docstring (its description: `dpicl methods NAME` prints it)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     name: str
 
@@ -42,32 +43,39 @@ class EnsembleSettings(MethodSettings):
     """What every ensemble method shares: N teachers × s shots drawn per query by Poisson sampling."""
 
     teachers: int = Field(10, ge=1)
+    """Teacher prompts per query, each over its own disjoint part of a fresh sample of the private data."""
     shots: int = Field(4, ge=1)
-    # Poisson rate per record and query; default teachers·shots / |private dataset| (the papers' q)
+    """Private demonstrations per teacher prompt."""
     sampling_rate: float | None = Field(None, gt=0, le=1)
-    # which of its sampled records a teacher shows: `shots` of them in a random order drawn per query (the papers),
-    # or the `shots` most similar to the query by embedding (`embedding.model`), the nearest last. Either way a
-    # function of the teacher's own sampled records and the query: one record still reaches one teacher, at no
-    # extra cost (docs/PRIVACY.md). "nearest" needs a `sampling_rate` above the default, so that each teacher
-    # samples several records to choose from (the rate is what a release is charged for)
+    """Poisson sampling rate per record and query (what each release is charged for); None: teachers·shots /
+    |private dataset| (the papers' q)."""
+    # random or nearest, what a teacher shows is a function of its own sampled records and the query: one record
+    # still reaches one teacher, at no extra cost (docs/PRIVACY.md); "nearest" pays only through the higher rate
     private_demonstrations: Literal["random", "nearest"] = "random"
-    # number of queries the budget is planned to pay for: the per-query noise is calibrated so that
-    # this many releases compose to the budget's (ε, δ)
+    """Which of its sampled records a teacher shows: `random`, `shots` of them in an order drawn per query (the
+    papers), or `nearest`, the `shots` most similar to the query by embedding (`embedding.model`), the nearest last.
+    `nearest` needs a `sampling_rate` above the default, so that each teacher samples several records to choose
+    from."""
     planned_queries: int = Field(100, ge=1)
+    """Number of queries the budget is planned to pay for: the per-query noise is calibrated so that this many
+    releases compose to the budget's (ε, δ)."""
 
 
 class PublicEnsembleSettings(EnsembleSettings):
     """An ensemble method that also prompts public teachers (`teachers` × `shots` public demonstrations per query)."""
 
-    # which public records the public teachers show: a draw fixed per query (paper 004), or the query's most
-    # similar ones by embedding (`embedding.model`). Public data and the query only: no privacy cost either way.
+    # public data and the query only: no privacy cost either way (public_fewshot too)
     public_demonstrations: Literal["random", "nearest"] = "random"
-    # demonstrations per public teacher; default `shots` (public prompts run batched: more shots cost less there)
+    """Which public records the public teachers show: `random`, a draw fixed per query (paper 004), or `nearest`,
+    the query's most similar ones by embedding (`embedding.model`). No privacy cost either way."""
     public_shots: int | None = Field(None, ge=1)
-    # one more public prompt per query: its `public_fewshot` most similar public records (the nearest last), i.e.
-    # the free public few-shot ICL prompt; its answer joins the public teachers' outputs, so SGA can release it
-    # when the private answers lie nearest it. Public data and the query only: no privacy cost
+    """Demonstrations per public teacher; None: `shots` (public prompts run batched: more shots cost less there)."""
+    # the few-shot answer joins the public teachers' outputs, so SGA can release it when the private answers lie
+    # nearest it
     public_fewshot: int | None = Field(None, ge=1)
+    """One more public prompt per query showing its `public_fewshot` most similar public records (the nearest last),
+    i.e. the free public few-shot prompt, whose answer joins the public teachers' outputs; None: no such prompt.
+    Needs `public_demonstrations: nearest`; no privacy cost."""
 
     @model_validator(mode="after")
     def _fewshot_needs_nearest(self):
@@ -90,9 +98,11 @@ class TokenSettings(MethodSettings):
     """Token-level private decoding: one mechanism per generated token, at most `generation.max_new_tokens` tokens
     per answer; the per-answer cost is reserved before decoding starts."""
 
-    # the public vocabulary K: the top-k tokens of the public (zero-shot) distribution
     top_k: int = Field(100, ge=1)
+    """Size of the public vocabulary K: the top-k tokens of the public (zero-shot) next-token distribution."""
     planned_queries: int = Field(100, ge=1)
+    """Number of answers the budget is planned to pay for: the per-token mechanism is calibrated so that this many
+    answers of at most `generation.max_new_tokens` tokens compose to the budget's (ε, δ)."""
 
 
 class Plan(BaseModel):
@@ -236,12 +246,18 @@ class EnsembleMethod(Method):
         return settings.sampling_rate or default_sampling_rate(settings.teachers, settings.shots, facts.dataset_size)
 
     def warnings(self, settings: EnsembleSettings, plan: Plan) -> list[str]:
+        found = []
+        if settings.sampling_rate is None and plan.sampling_rate >= 1:
+            found.append(f"teachers × shots ({settings.teachers * settings.shots}) is at least the private "
+                         "dataset's size: the default sampling rate teachers·shots/|D| is capped at 1, so every "
+                         "record is used for every query (no amplification by subsampling) and the teachers show "
+                         "fewer than `shots` records each; use fewer teachers or shots, or more records")
         if settings.private_demonstrations == "nearest" and settings.sampling_rate is None:
-            return [f"private_demonstrations: nearest at the default sampling rate ({plan.sampling_rate:.4g}: "
-                    "teachers·shots/|D|) gives each teacher about `shots` sampled records, so it has almost none "
-                    "to choose from; set method.sampling_rate to about 3 times that (each release is charged for "
-                    "the higher rate: `dpicl plan` shows the noise)"]
-        return []
+            found.append(f"private_demonstrations: nearest at the default sampling rate ({plan.sampling_rate:.4g}: "
+                         "teachers·shots/|D|) gives each teacher about `shots` sampled records, so it has almost "
+                         "none to choose from; set method.sampling_rate to about 3 times that (each release is "
+                         "charged for the higher rate: `dpicl plan` shows the noise)")
+        return found
 
     @abstractmethod
     def aggregate(self, cfg: Config, plan: Plan, rate: float, inputs: Mapping[str, Any], rng, paid) -> Any:

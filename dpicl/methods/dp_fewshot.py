@@ -22,11 +22,22 @@ class DPFewShotSettings(TokenSettings):
     top-k with Gaussian noise (PRV-calibrated over all tokens) or exponential noise (report-noisy-max)."""
 
     name: Literal["dp-fewshot"] = "dp-fewshot"
+    planned_queries: int = Field(100, ge=1)
+    """Not used by dp-fewshot: `demos` sets how many texts the budget is planned for."""
     splits: int = Field(10, ge=1)
+    """Groups the private sample of each token step is split into, one prompt each; the noise is added to the mean
+    of their next-token distributions."""
     shots: int = Field(2, ge=1)
+    """Private demonstrations per split prompt (at most)."""
     mechanism: Literal["gaussian", "exponential"] = "gaussian"
+    """Noise per token: `gaussian` (Gaussian noise on the mean distribution, calibrated over all tokens) or
+    `exponential` (report-noisy-max)."""
     demos: int = Field(4, ge=1)
+    """Synthetic demonstrations to write (per label for classification), of at most `generation.max_new_tokens`
+    tokens each: the budget is planned for demos × max_new_tokens token steps."""
     sampling_rate: float | None = Field(None, gt=0, le=1)
+    """Poisson sampling rate per record and token step; None: splits·shots / the size of the smallest label pool
+    (the whole private dataset for open-form tasks)."""
 
 
 class DPFewShotPlan(Plan):

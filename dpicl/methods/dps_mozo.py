@@ -25,12 +25,19 @@ class DPSMozoSettings(TokenSettings):
 
     name: Literal["dps-mozo"] = "dps-mozo"
     shots: int = Field(1, ge=1)
+    """One-shot prompts per token, their demonstrations drawn without replacement from the private data. Proven for
+    1 only (paper 000 used 4): more need `accept_unproven_guarantee: true`."""
     alpha: int | None = Field(None, ge=2)
+    """Rényi order α at which a token's cost (4βα) is charged; None: the smallest order whose fixed-order budget is
+    at least ε/2 (as in paper 000)."""
     beta: float | None = Field(None, gt=0)
-    # shots > 1: spend the budget on paper 000's unproven (α, 4βα) claim for the product of several mixtures
+    """Rényi-ball parameter β of the mixing (a token costs 4βα at order α; larger: more private influence, more
+    cost); None: calibrated from the budget for `planned_queries` answers; given: charged for what it costs."""
     accept_unproven_guarantee: bool = False
-    # DPS-MOZO+Off (`synthesize_demos`): demonstrations to write, the outputs of as many public inputs
+    """Allow `shots` > 1, spending the budget on paper 000's unproven (α, 4βα) claim for the product of several
+    mixtures; the ledger entries are labelled so."""
     demos: int = Field(4, ge=1)
+    """DPS-MOZO+Off (`synthesize_demos`): demonstrations to write, the outputs of as many public inputs."""
 
 
 class DPSMozoPlan(Plan):

@@ -25,11 +25,15 @@ class ESASettings(EnsembleSettings):
 
     name: Literal["esa"] = "esa"
     candidates: int = Field(8, ge=1)
+    """Zero-shot answers sampled per query as candidates (public prompt, no privacy cost); the released answer is
+    the candidate nearest the teachers' noisy mean embedding."""
     candidate_temperature: float = Field(1.0, gt=0)
+    """Sampling temperature of the zero-shot candidates."""
     candidate_top_p: float = Field(0.95, gt=0, le=1)
-    # the greedy zero-shot answer is a candidate too, beside the `candidates` sampled ones: the noisy mean can
-    # pick the model's own best guess (sampled answers of a small model often drift off-topic)
+    """Nucleus (top-p) sampling threshold of the zero-shot candidates."""
     greedy_candidate: bool = True
+    """Add the greedy zero-shot answer as a candidate too, beside the `candidates` sampled ones, so that the noisy
+    mean can pick the model's own best guess (sampled answers of a small model often drift off-topic)."""
 
 
 class ESAPlan(GaussianPlan):

@@ -13,9 +13,10 @@ from dpicl.prompts import keyword_demonstrations, keyword_prompt
 class KeywordSettings(EnsembleSettings):
     """KSA (paper 001 §3.2.2): teachers' outputs → private keywords → the LLM answers with them as hints."""
 
-    # the query prompt with keyword hints; {input} is the query, {keywords} the released keywords, ", "-joined;
-    # None: the task's own query prompt with a "Keywords:" line before its answer cue (`prompts.keyword_prompt`)
+    # no default here: each KSA method declares its own (None: `prompts.keyword_prompt` builds the prompt)
     keyword_template: str | None
+    """The query prompt with keyword hints ({input}: the query, {keywords}: the released keywords, ", "-joined);
+    None: the task's own query prompt with a "Keywords:" line before its answer cue."""
 
     @field_validator("keyword_template")
     @classmethod

@@ -21,8 +21,11 @@ class KSAJointEMSettings(KeywordSettings):
 
     name: Literal["ksa-jem"] = "ksa-jem"
     k: int = Field(10, ge=1)
-    # default: the task's own query prompt with a "Keywords:" line (`prompts.keyword_prompt`)
+    """Keywords released per query (at most; ranked, by the joint exponential mechanism) and shown as hints."""
+    # None: the task's own query prompt with a "Keywords:" line (`prompts.keyword_prompt`)
     keyword_template: str | None = None
+    """The query prompt with keyword hints ({input}: the query, {keywords}: the released keywords, ", "-joined);
+    None: the task's own query prompt with a "Keywords:" line before its answer cue."""
 
 
 class JointEMPlan(Plan):

@@ -23,12 +23,17 @@ class KSAPTRSettings(KeywordSettings):
 
     name: Literal["ksa-ptr"] = "ksa-ptr"
     k_max: int = Field(30, ge=1)
-    # share of δ reserved for the PTR failures of all planned queries (δ0 = share·δ/(q·T))
+    """Largest keyword set FindBestK may choose: a released set holds at most this many keywords."""
+    # δ0 = share·δ/(q·T) per query
     delta0_fraction: float = Field(0.5, gt=0, lt=1)
-    # per-query FindBestK ε; default: calibrated so that the FindBestK part alone would use half the budget
+    """Share of the budget's δ reserved for failures of the propose-test-release test over all planned queries."""
     em_epsilon: float | None = Field(None, gt=0)
-    # default: the task's own query prompt with a "Keywords:" line (`prompts.keyword_prompt`)
+    """Per-query ε of FindBestK (the choice of the keyword set's size); None: calibrated so that FindBestK alone
+    would use half the budget."""
+    # None: the task's own query prompt with a "Keywords:" line (`prompts.keyword_prompt`)
     keyword_template: str | None = None
+    """The query prompt with keyword hints ({input}: the query, {keywords}: the released keywords, ", "-joined);
+    None: the task's own query prompt with a "Keywords:" line before its answer cue."""
 
 
 class PTRPlan(Plan):

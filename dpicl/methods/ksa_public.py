@@ -23,10 +23,13 @@ class KSAPublicSettings(KeywordSettings, PublicEnsembleSettings):
 
     name: Literal["ksa-public"] = "ksa-public"
     k: int = Field(10, ge=1)
-    # default: the public example, then the task's own query prompt with a "Keywords:" line
-    # (`prompts.keyword_prompt`); paper 004's "Output with the following word suggestions …" prompt made SmolLM2
-    # echo the word list (docs/BENCHMARKS.md, "The demo's method")
+    """Keywords released per query (at most; ranked, by the joint exponential mechanism) and shown as hints."""
+    # None (`prompts.keyword_prompt`): paper 004's "Output with the following word suggestions …" prompt made
+    # SmolLM2 echo the word list (docs/BENCHMARKS.md, "The demo's method")
     keyword_template: str | None = None
+    """The query prompt with keyword hints ({example}: the public one-shot example, or with `public_fewshot` the
+    few-shot prompt's public demonstrations; {input}: the query; {keywords}: the released keywords, ", "-joined);
+    None: the public example, then the task's own query prompt with a "Keywords:" line before its answer cue."""
 
 
 class KSAPublicPlan(JointEMPlan):

@@ -1,8 +1,8 @@
 """Which method to start with, per kind of task: the best DP method each of our measurements found, next to the free
 baselines of the same run (docs/BENCHMARKS.md, the section each entry names). All were measured with the embedded
 SmolLM2-135M (one SST-2 run: Gemma 3 270M) on a 2-core CPU (the 24-teacher SAMSum runs generated on a GPU, as did
-part of one E2E repetition), on 24–100 queries, one to three repetitions: a starting point, to be checked on your own
-data with `dpicl evaluate`."""
+part of one E2E repetition), on 24–100 queries, one to three repetitions: a starting point, to be checked with
+`dpicl evaluate` on benchmark or public data like yours (its scores are not private)."""
 
 from __future__ import annotations
 

@@ -25,17 +25,24 @@ class SGASettings(PublicEnsembleSettings):
     one-shot example (`select: llm`), or the first candidate is released as is (`select: top1`)."""
 
     name: Literal["sga"] = "sga"
-    # depth of the DPM tree: at most 2**levels clusters (004 used 4–7 with 200 points)
     levels: int = Field(3, ge=1, le=12)
+    """Depth of the DPM clustering tree: at most 2**levels clusters (paper 004 used 4–7 with 200 points)."""
     k: int = Field(3, ge=1)
+    """Candidates per query (at most): the distinct public outputs nearest the k largest noisy cluster centres."""
     select: Literal["llm", "top1"] = "llm"
-    # per-query ε of the split choices and of the noisy counts (summed over the levels); default: calibrated so
-    # that each alone would use a fixed share of the budget (dpicl.privacy.mechanisms.sga)
+    """How the answer is chosen among the candidates: `llm`, the LLM picks one with a public one-shot example
+    (`selection_template`), or `top1`, the candidate of the largest noisy cluster is released as is."""
+    # the shares of the budget of em_epsilon and count_epsilon: dpicl.privacy.mechanisms.sga
     em_epsilon: float | None = Field(None, gt=0)
+    """Per-query ε of the DPM split choices (summed over the levels); None: calibrated so that it alone would use
+    a fixed share of the budget."""
     count_epsilon: float | None = Field(None, gt=0)
-    # {example}: one public demonstration; {input}: the query; {candidates}: the public candidates, ",\n"-joined
+    """Per-query ε of the noisy cluster counts (summed over the levels); None: calibrated so that it alone would
+    use a fixed share of the budget."""
     selection_template: str = ("{example}\n\nInput:\n{input}\nPick the most accurate output for the input with the "
                                "following suggestions: [{candidates}]\nOutput:")
+    """The LLM's selection prompt (`select: llm`): {example} one public demonstration, {input} the query (required),
+    {candidates} the public candidates, ",\\n"-joined (required)."""
 
     @field_validator("selection_template")
     @classmethod

@@ -20,14 +20,18 @@ class SyntheticICLSettings(MethodSettings):
 
     name: Literal["synthetic-icl"] = "synthetic-icl"
     demos_dataset: str
+    """Name of the public dataset whose records are the demonstrations (e.g. one written by `synthesize_demos`);
+    required."""
     shots: int = Field(4, ge=1)
-    # which demonstrations a prompt shows: a draw fixed per query, or the query's most similar ones by embedding
-    # (`embedding.model`), the nearest last (the free "public 4-shot" answer of `dpicl evaluate`)
+    """Demonstrations per prompt."""
     demonstrations: Literal["random", "nearest"] = "random"
-    # text tasks: beside the `shots`-shot prompt, this many one-shot prompts (with `nearest`: one of the query's
-    # `consensus` most similar records each), and the released answer is the one nearest all the others by
-    # embedding (the free "public consensus" of `dpicl evaluate`; docs/BENCHMARKS.md)
+    """Which demonstrations a prompt shows: `random`, a draw fixed per query, or `nearest`, the query's most similar
+    ones by embedding (`embedding.model`), the nearest last (the free "public 4-shot" answer of `dpicl evaluate`)."""
+    # the free "public consensus" of `dpicl evaluate` (docs/BENCHMARKS.md)
     consensus: int | None = Field(None, ge=2)
+    """Text tasks: beside the `shots`-shot prompt, this many one-shot prompts (with `nearest`: one of the query's
+    `consensus` most similar records each), and the released answer is the one nearest all the others by embedding;
+    None: the `shots`-shot answer."""
 
 
 class PublicPlan(Plan):

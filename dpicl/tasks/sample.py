@@ -62,7 +62,8 @@ def sample(db_path: str, run_id: str, query_ids: list[str]) -> dict[str, str]:
             keys[query_id] = put_artifact(
                 con, key, "sample", cfg.backlog, query_id, {"teachers": teachers}, private=True, run_id=run_id
             )
-    get_run_logger().info("sampled %d queries; %d refused (budget cannot pay)", len(accepted), len(refused))
+    get_run_logger().info("of %d queries: %d sampled, %d refused (the budget cannot pay for them)", len(query_ids),
+                          len(accepted), len(refused))
     return keys
 
 
@@ -71,8 +72,8 @@ _held: dict[str, np.ndarray] = {}  # this process's latest record embeddings, by
 
 def _record_vectors(db_path: str, run_id: str, cfg, records) -> np.ndarray:
     """The private records' embeddings: computed once per dataset and encoder (each record alone: about 19 SAMSum
-    dialogues a second on one core, 13 minutes for SAMSum's 14,732 training ones), then stored as a private artifact for every later
-    batch, run and worker, and held in memory."""
+    dialogues a second on one core, 13 minutes for SAMSum's 14,732 training ones), then stored as a private artifact
+    for every later batch, run and worker, and held in memory."""
     key = artifact_key("record_embeddings", [], {"records": records_fingerprint(cfg.embedding.model, records)})
     if key not in _held:
         with context.database(db_path) as con:

@@ -166,6 +166,7 @@ def test_queries_still_payable_is_what_the_next_run_answers_and_shares_add_up(pi
     assert 1 <= payable < N_QUERIES - 2  # the budget runs out inside this backlog
     rest = CliRunner().invoke(app, ["answer", config, "--db", db])
     assert f"answered {payable}, refused {N_QUERIES - 2 - payable}" in rest.output, rest.output
+    assert f"dpicl releases tiny-backlog --db {db}`" in rest.output  # where the answers are
     summary, _, _, releases = _state(db)
     assert sum(r["budget_share"] for r in releases) == pytest.approx(
         summary["epsilon_spent"] / summary["epsilon_limit"], rel=1e-9)

@@ -215,3 +215,23 @@ def test_nearest_demonstrations_at_the_default_rate_are_warned_about(name):
     assert f"{40 / 3000:.4g}" in warning and "sampling_rate" in warning
     assert nearest_warnings(private_demonstrations="nearest", sampling_rate=0.04) == []
     assert nearest_warnings() == []
+
+
+@pytest.mark.parametrize("name", ["esa", "rnm", "ksa-jem", "ksa-ptr", "sga", "ksa-public"])
+def test_teachers_times_shots_beyond_the_dataset_are_warned_about(name):
+    """`dpicl plan --teachers 100 --shots 4` on 60 records capped q at 1 without a word: no amplification, and the
+    teachers show fewer records than `shots`."""
+    from dpicl.methods import get
+    from dpicl.methods.base import Budget, Facts
+
+    method, facts, budget = get(name), Facts(dataset_size=60), Budget(3.0, 1e-3)
+
+    def capped_warnings(**settings):
+        chosen = method.Settings(planned_queries=20, **settings)
+        return [w for w in method.warnings(chosen, method.plan(chosen, facts, budget)) if "capped at 1" in w]
+
+    (warning,) = capped_warnings(teachers=100, shots=4)
+    assert "(400)" in warning
+    assert capped_warnings(teachers=15, shots=4)  # 60 of 60: q = 1 too
+    assert capped_warnings(teachers=14, shots=4) == []
+    assert capped_warnings(teachers=100, shots=4, sampling_rate=0.5) == []  # a rate chosen, not capped

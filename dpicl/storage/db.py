@@ -107,8 +107,10 @@ def _connect(path: str | Path | None, read_only: bool):
     if postgres.is_url(target):
         return _connect_postgres(target, read_only)
     if read_only and target != ":memory:" and not Path(target).exists():
+        nearby = sorted(p.name for p in Path(target).parent.glob("*.duckdb"))
         raise FileNotFoundError(
             f"no dpicl database at {target}; create it first with a command that writes (e.g. `dpicl ingest`)"
+            + (f", or pass one with --db (here: {', '.join(nearby[:5])})" if nearby else "")
         )
     if target != ":memory:":
         restrict_new_files()

@@ -135,3 +135,12 @@ def test_transaction_commits_and_rolls_back(con):
             con.execute(insert, ["also dropped"])
             con.execute(insert, ["kept"])  # primary key conflict
     assert con.execute("SELECT run_id FROM runs").fetchall() == [("kept",)]
+
+
+def test_a_missing_database_names_the_ones_beside_it(tmp_path):
+    """After `make demo` (dpicl-demo.duckdb), `dpicl releases` looked for ./dpicl.duckdb and only said to ingest."""
+    with pytest.raises(FileNotFoundError, match=r"dpicl ingest`\)$"):
+        connect(tmp_path / "dpicl.duckdb", read_only=True)
+    connect(tmp_path / "dpicl-demo.duckdb").close()
+    with pytest.raises(FileNotFoundError, match=r"pass one with --db \(here: dpicl-demo.duckdb\)"):
+        connect(tmp_path / "dpicl.duckdb", read_only=True)

@@ -62,7 +62,10 @@ def _column_names(source: SourceFile) -> str:
     column1.. of a CSV without header); names read from the file (JSON keys, header, Parquet) are data."""
     if source.fmt == "lines" or not source.options.header:
         return f"its columns are {', '.join(source.columns) or '(none)'}"
-    return f"it has {len(source.columns)} column(s), not listed here because their names come from the file"
+    see = {"jsonl": "`head -1 FILE`", "json": "`head -c 300 FILE`", "csv": "`head -1 FILE`",
+           "tsv": "`head -1 FILE`"}.get(source.fmt, "the file's schema")
+    return (f"it has {len(source.columns)} column(s), not listed here because their names come from the file "
+            f"(see them with {see})")
 
 
 def keep_subset(source: SourceFile, subset: SubsetSpec | None, what: str) -> None:

@@ -110,7 +110,7 @@ BAD = [
     bad_case("latin1.csv", f"uid,text,label\nr1,a,b\nr2,{SECRET} caf".encode() + b"\xe9,c\n",
              line=3, words=("UTF-8",)),
     bad_case("missing_column.jsonl", jsonl([{"uid": "r1", "prompt": SECRET, "label": "x"}]), field="text",
-             words=("3 column(s), not listed", "--field input=<column>")),
+             words=("3 column(s), not listed", "`head -1 FILE`", "--field input=<column>")),
     bad_case("missing_column.csv", f"uid,prompt,label\nr1,{SECRET},x\n", field="text",
              words=("3 column(s), not listed", "--field input=<column>")),
     bad_case("null_input.jsonl", jsonl(good_rows(1) + [{"uid": "r2", "text": None, "label": SECRET}]),

@@ -5,8 +5,10 @@ Configuration enters once, at the flow's entry point; tasks receive the path (ne
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
+import typing
 from pathlib import Path
 from typing import Literal
 
@@ -341,7 +343,7 @@ def load_config(name_or_path: str | Path) -> Config:
                 source["path"] = data_path(source["path"], path.parent)
         return Config.model_validate(raw)
     except ValidationError as err:
-        problems = "; ".join(_problem(e) for e in err.errors())
+        problems = "; ".join(_problem(e, raw) for e in err.errors())
         raise ConfigError(f"{path}: {problems}") from None
     except yaml.YAMLError as err:
         # the problem and its position only: the library's message quotes the offending lines
@@ -355,13 +357,43 @@ def load_config(name_or_path: str | Path) -> Config:
         raise ConfigError(f"{path}: cannot be read ({type(err).__name__})") from None
 
 
-def _problem(error: dict) -> str:
+def _problem(error: dict, raw: object) -> str:
     """One validation error as `where: what` (no `where` for the config as a whole, no pydantic prefix)."""
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
-        message = "not a setting here (a misspelling? `dpicl methods` lists each method's settings)"
+        message = _unknown_key(error["loc"], raw)
     where = ".".join(map(str, error["loc"]))
     return f"{where}: {message}" if where else message
+
+
+def _unknown_key(loc: tuple, raw: object) -> str:
+    """A key no section has: the closest valid one of its section, else the section's keys."""
+    section = _section_model(loc[:-1], raw)
+    keys = [k for k in section.model_fields if not (k == "name" and loc[0] == "method")] if section else []
+    close = difflib.get_close_matches(str(loc[-1]), keys, n=1, cutoff=0.6)
+    if loc[0] == "method" and isinstance(raw, dict) and isinstance(raw.get("method"), dict):
+        where = f"`dpicl methods {raw['method'].get('name')}` explains each"
+    else:
+        where = f"the keys here: {', '.join(keys)}" if keys else "see dpicl/configs/demo.yaml"
+    return f"not a setting here ({f'did you mean `{close[0]}`? ' if close else 'a misspelling? '}{where})"
+
+
+def _section_model(path: tuple, raw: object) -> type[BaseModel] | None:
+    """The model that validates the config section at `path` (the method's settings model under `method`)."""
+    if path[:1] == ("method",):
+        name = raw.get("method", {}).get("name") if isinstance(raw, dict) else None
+        return methods.get(name).Settings if len(path) == 1 and name in methods.names() else None
+    model: type[BaseModel] = Config
+    for part in path:
+        if isinstance(part, int):  # an item of a list section (`data`): its model is the one chosen already
+            continue
+        field = model.model_fields.get(str(part))
+        candidates = typing.get_args(field.annotation) or (field.annotation,) if field is not None else ()
+        nested = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+        if not nested:
+            return None
+        model = nested[0]
+    return model
 
 
 def _yaml_kind(value: object) -> str:

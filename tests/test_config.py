@@ -28,6 +28,18 @@ def test_each_method_gets_its_own_settings_and_unknown_ones_are_refused(tmp_path
     assert "k_max" in message and "c.yaml" in message
 
 
+def test_a_misspelt_key_is_answered_with_the_closest_one_of_its_section(tmp_path):
+    """`generaton:` and `method.teacher` were both sent to `dpicl methods`; neither said what was meant."""
+    message = _invalid(tmp_path / "c.yaml", "name: x\nprivate_dataset: p\nbacklog: b\ngeneraton: {}\n"
+                       "generation: {max_new_token: 9}\nmethod: {name: esa, teacher: 4, zzz: 1}\n"
+                       "data: [{name: d, kind: private, path: a.jsonl, feilds: {}}]\n")
+    assert "generaton: not a setting here (did you mean `generation`?" in message
+    assert "generation.max_new_token: not a setting here (did you mean `max_new_tokens`?" in message
+    assert "method.teacher: not a setting here (did you mean `teachers`? `dpicl methods esa` explains each)" in message
+    assert "method.zzz: not a setting here (a misspelling? `dpicl methods esa`" in message
+    assert "data.0.feilds: not a setting here (did you mean `fields`?" in message
+
+
 def test_method_and_task_must_fit(tmp_path):
     message = _invalid(tmp_path / "c.yaml", "name: x\nprivate_dataset: p\nbacklog: b\nmethod: {name: rnm}\n")
     assert "does not answer summarization" in message

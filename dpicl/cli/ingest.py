@@ -108,6 +108,9 @@ def ingest(
     with writing(db) as con:
         for source in sources:
             report = ingest_source(con, source, replace=replace)
+            if report.unchanged:
+                console.print(f"{source.name!r} is already ingested from this content with these options: unchanged")
+                continue
             skipped = "already present or empty" if source.kind == "queries" else "empty"
             console.print(f"ingested {report.rows_added} rows into {source.name!r}"
                           + (f" ({report.rows_skipped} skipped: {skipped})" if report.rows_skipped else "")

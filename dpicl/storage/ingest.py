@@ -77,7 +77,7 @@ from dpicl.storage.ingest_options import (
     SubsetSpec,
     subset_bucket,
 )
-from dpicl.storage.ingest_read import SourceFile
+from dpicl.storage.ingest_read import SourceFile, scan_file
 from dpicl.storage.ingest_registered import (
     check_replaceable,
     registered_repeats,
@@ -116,8 +116,10 @@ def ingest_dataset(con: duckdb.DuckDBPyConnection, path: str | Path, name: str,
     with _staging(con) as staging, transaction(con):
         existing = con.execute("SELECT kind FROM datasets WHERE name = ?", [name]).fetchone()
         if existing and not replace:
-            raise IngestError(path, f"a dataset named '{name}' already exists; ingest under another name, "
-                                    "or replace it (--replace)")
+            if _ingested_already(con, path, name, kind, task, asdict(fields) | options.recorded()):
+                return IngestReport(name, path, 0, 0, unchanged=True)
+            raise IngestError(path, f"a dataset named '{name}' already exists with other content or options; "
+                                    "ingest under another name, or replace it (--replace)")
         if existing:
             check_replaceable(con, path, name, existing[0], kind)
         source = SourceFile.read(staging, path, options)
@@ -145,6 +147,15 @@ def ingest_dataset(con: duckdb.DuckDBPyConnection, path: str | Path, name: str,
         _insert_records(con, name, stage)
         source.drop()
         return IngestReport(name, path, n, source.skipped, source.left_out)
+
+
+def _ingested_already(con, path: Path, name: str, kind: str, task: str, recorded: dict) -> bool:
+    """Whether dataset `name` holds this file's content read with these options (`dpicl ingest CONFIG` again)."""
+    row = con.execute("SELECT kind, task, source_sha256, field_map FROM datasets WHERE name = ?", [name]).fetchone()
+    if row is None or (row[0], row[1]) != (kind, task) or not path.is_file():
+        return False
+    stored = {k: v for k, v in json.loads(row[3]).items() if k != "distinct_from_existing"}
+    return stored == json.loads(json.dumps(recorded)) and row[2] == scan_file(path, check_utf8=False)
 
 
 def ingest_queries(con: duckdb.DuckDBPyConnection, path: str | Path, backlog: str, fields: FieldMap, *,

@@ -43,6 +43,7 @@ class IngestReport:
     rows_added: int
     rows_skipped: int
     rows_left_out_by_subset: int = 0  # rows of the file outside `subset` (after `skip_empty`)
+    unchanged: bool = False  # the dataset was already ingested from this content with these options: nothing done
 
 
 @dataclass(frozen=True)

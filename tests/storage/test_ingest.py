@@ -293,6 +293,26 @@ def test_existing_name_is_refused_unless_replace(con, tmp_path):
     assert dataset["n_records"] == 1 and dataset["source_path"] == str(second.resolve()) and dataset["teacher_key"] != key
 
 
+def test_the_same_content_with_the_same_options_again_changes_nothing(con, tmp_path):
+    """`dpicl ingest CONFIG` a second time stopped at the first dataset ingested already."""
+    path = write(tmp_path, "a.jsonl", jsonl(good_rows(3)))
+    ingest_dataset(con, path, "d", "private", "qa", MAP)
+    before = get_dataset(con, "d")
+    again = ingest_dataset(con, path, "d", "private", "qa", MAP)
+    assert again.unchanged and again.rows_added == 0
+    assert get_dataset(con, "d") == before  # same teacher key, same records
+    other_map = FieldMap(id="uid", input="label", output="text")
+    for differs in ({"kind": "public"}, {"fields": other_map}, {"subset": {"buckets": 2, "keep": [0, 1]}}):
+        args = {"kind": "private", "fields": MAP} | differs
+        with pytest.raises(IngestError, match="already exists with other content or options"):
+            ingest_dataset(con, path, "d", args["kind"], "qa", args["fields"],
+                           **{k: v for k, v in differs.items() if k not in ("kind", "fields")})
+    path.write_text(jsonl(good_rows(4)))  # edited since
+    with pytest.raises(IngestError, match="already exists with other content or options"):
+        ingest_dataset(con, path, "d", "private", "qa", MAP)
+    assert get_dataset(con, "d") == before
+
+
 def test_replacing_a_dataset_with_ledger_entries_is_refused(con, tmp_path):
     ingest_dataset(con, write(tmp_path, "a.jsonl", jsonl(good_rows(3))), "d", "private", "qa", MAP)
     con.execute("INSERT INTO budgets (dataset, epsilon, delta) VALUES ('d', 1.0, 1e-5)")

@@ -94,9 +94,11 @@ def _reference_lists(predictions: Sequence[str], references: Sequence[Reference]
 
 @functools.lru_cache(maxsize=16)
 def _scorer(stemmer: bool = False, types: tuple[str, ...] = ROUGE_TYPES):
-    from rouge_score import rouge_scorer
+    from rouge_score import rouge_scorer, tokenizers
 
-    return rouge_scorer.RougeScorer(list(types), use_stemmer=stemmer)
+    # the default tokenizer, given explicitly: without one the scorer logs through absl, whose first log call
+    # installs a handler on the root logger, and every Prefect log line after it was printed a second time
+    return rouge_scorer.RougeScorer(list(types), tokenizer=tokenizers.DefaultTokenizer(use_stemmer=stemmer))
 
 
 def rouge_per_query(

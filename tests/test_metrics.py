@@ -70,6 +70,21 @@ def test_rouge_with_the_stemmer_matches_word_forms_that_plain_rouge_does_not():
     assert got == {"rouge1": [0.0], "rouge1_stem": [pytest.approx(100)]}
 
 
+def test_scoring_rouge_leaves_the_root_logger_alone():
+    """rouge_score logged "Using default tokenizer." through absl, which then put a handler on the root logger:
+    `dpicl evaluate` printed every Prefect log line a second time, in the bare `INFO:prefect...` format."""
+    import logging
+
+    saved = logging.root.handlers[:]
+    logging.root.handlers.clear()  # as in a command line run (pytest keeps its own handler there)
+    try:
+        metrics._scorer.cache_clear()
+        rouge(["cats running"], ["cat runs"], stemmer=True)
+        assert logging.root.handlers == []
+    finally:
+        logging.root.handlers[:] = saved
+
+
 def test_rouge_takes_the_best_of_several_references():
     assert rouge_per_query(["the cat"], [["a dog", "the cat"]])["rouge1"] == pytest.approx([100])
     assert rouge_per_query(["the cat"], [["a dog", "the"]])["rouge1"] == pytest.approx([100 * 2 / 3])

@@ -381,7 +381,8 @@ def _unknown_key(loc: tuple, raw: object) -> str:
 def _section_model(path: tuple, raw: object) -> type[BaseModel] | None:
     """The model that validates the config section at `path` (the method's settings model under `method`)."""
     if path[:1] == ("method",):
-        name = raw.get("method", {}).get("name") if isinstance(raw, dict) else None
+        section = raw.get("method") if isinstance(raw, dict) else None
+        name = section.get("name") if isinstance(section, dict) else None
         return methods.get(name).Settings if len(path) == 1 and name in methods.names() else None
     model: type[BaseModel] = Config
     for part in path:

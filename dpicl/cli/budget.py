@@ -22,6 +22,8 @@ def budget_open(
     epsilon: Annotated[float, typer.Option(help="total ε the dataset may ever spend")],
     delta: Annotated[float, typer.Option(help="δ of the budget: below 1/n for n records (refused otherwise), usually far below")],
     db: DbOption = None,
+    replace: Annotated[bool, typer.Option(
+        help="replace the dataset's budget, only if nothing was spent from it yet (no ledger entry)")] = False,
 ) -> None:
     """Open the privacy budget of a private dataset (once; spend is permanent)."""
     from dpicl.storage.budget_limits import budget_problem
@@ -32,7 +34,7 @@ def budget_open(
     if problem is not None:  # before the database is opened (or created)
         fail(problem)
     with writing(db) as con:
-        open_budget(con, dataset, epsilon, delta)
+        open_budget(con, dataset, epsilon, delta, replace=replace)
     console.print(f"opened budget ε={epsilon:g}, δ={delta:g} on {dataset!r}")
     # docs/PRIVACY.md, "What is treated as public": said where the budget is opened, so nobody learns it later
     console.print("note: the dataset's record count (and, for classification, each label's record count) is treated "

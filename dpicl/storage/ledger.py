@@ -60,8 +60,10 @@ class Reservation:
         return self.epsilon_after - self.epsilon_before
 
 
-def open_budget(con: duckdb.DuckDBPyConnection, dataset: str, epsilon: float, delta: float) -> Budget:
-    """Open the (only) budget of a private dataset. A budget is never replaced: that would forget spend."""
+def open_budget(con: duckdb.DuckDBPyConnection, dataset: str, epsilon: float, delta: float, *,
+                replace: bool = False) -> Budget:
+    """Open the (only) budget of a private dataset. A budget something was spent from is never replaced: that
+    would forget spend; with `replace`, one without a ledger entry is (a limit mistyped before any run paid)."""
     from dpicl.names import name_problem
     from dpicl.storage.budget_limits import budget_problem, delta_problem
 
@@ -77,11 +79,18 @@ def open_budget(con: duckdb.DuckDBPyConnection, dataset: str, epsilon: float, de
         problem = delta_problem(delta, row[1])
         if problem is not None:
             raise BudgetError(problem)
-        if get_budget(con, dataset) is not None:
-            raise BudgetError(
-                f"dataset {dataset!r} already has a budget; its spend is permanent, so it cannot be reopened"
-            )
-        con.execute("INSERT INTO budgets (dataset, epsilon, delta) VALUES (?, ?, ?)", [dataset, epsilon, delta])
+        if get_budget(con, dataset) is None:
+            con.execute("INSERT INTO budgets (dataset, epsilon, delta) VALUES (?, ?, ?)", [dataset, epsilon, delta])
+            return Budget(dataset, epsilon, delta)
+        if not replace:
+            raise BudgetError(f"dataset {dataset!r} already has a budget; its spend is permanent, so it cannot be "
+                              "reopened (one nothing was spent from yet can be replaced: --replace)")
+        _lock_budget(con, dataset)  # no reservation can slip in between the count and the update
+        entries = con.execute("SELECT count(*) FROM ledger WHERE dataset = ?", [dataset]).fetchone()[0]
+        if entries:
+            raise BudgetError(f"dataset {dataset!r} has {entries} ledger entries: its spend is permanent, so its "
+                              "budget cannot be replaced")
+        con.execute("UPDATE budgets SET epsilon = ?, delta = ? WHERE dataset = ?", [epsilon, delta, dataset])
     return Budget(dataset, epsilon, delta)
 
 

@@ -88,6 +88,21 @@ def test_budget_cannot_be_reopened_or_opened_on_public_or_missing(con, tmp_path)
         open_budget(con, "d", -1.0, 1e-5)
 
 
+def test_a_budget_nothing_was_spent_from_can_be_replaced_one_with_spend_never(con):
+    """A newcomer opened δ = 0.05 by mistake and could only start a new database: nothing was spent yet."""
+    from dpicl.storage.ledger import get_budget
+
+    open_budget(con, "d", 3.0, 1e-3)
+    with pytest.raises(BudgetError, match="can be replaced: --replace"):
+        open_budget(con, "d", 1.0, 1e-5)
+    assert open_budget(con, "d", 1.0, 1e-5, replace=True) == get_budget(con, "d")
+    assert (get_budget(con, "d").epsilon, get_budget(con, "d").delta) == (1.0, 1e-5)
+    assert _reserve(con, "q0", esa.cost(noise_multiplier=2.0, sampling_rate=0.2)) is not None
+    with pytest.raises(BudgetError, match="has 1 ledger entries: its spend is permanent"):
+        open_budget(con, "d", 8.0, 1e-5, replace=True)
+    assert get_budget(con, "d").epsilon == 1.0
+
+
 def test_a_delta_of_one_over_n_or_more_is_refused(con):
     """δ = 1/n permits publishing one of the n records outright; the fixture's dataset has 20 records."""
     from dpicl.storage.ledger import get_budget

@@ -20,7 +20,8 @@ budget_app = typer.Typer(help="Open and inspect privacy budgets.", no_args_is_he
 def budget_open(
     dataset: str,
     epsilon: Annotated[float, typer.Option(help="total ε the dataset may ever spend")],
-    delta: Annotated[float, typer.Option(help="δ of the budget: below 1/n for n records (refused otherwise), usually far below")],
+    delta: Annotated[float, typer.Option(
+        help="δ of the budget: below 1/n for n records (refused otherwise), usually far below")],
     db: DbOption = None,
     replace: Annotated[bool, typer.Option(
         help="replace the dataset's budget, only if nothing was spent from it yet (no ledger entry)")] = False,

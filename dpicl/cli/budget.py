@@ -24,6 +24,7 @@ def budget_open(
         help="δ of the budget: below 1/n for n records (refused otherwise), usually far below")],
     db: DbOption = None,
     replace: Annotated[bool, typer.Option(
+        "--replace",
         help="replace the dataset's budget, only if nothing was spent from it yet (no ledger entry)")] = False,
 ) -> None:
     """Open the privacy budget of a private dataset (once; spend is permanent)."""

@@ -41,6 +41,7 @@ def ingest(
     field: Annotated[list[str], typer.Option("--field", help="ROLE=COLUMN, e.g. input=dialogue")] = [],  # noqa: B006
     config: Annotated[Optional[str], typer.Option(hidden=True, help="the config, as the argument")] = None,
     replace: Annotated[bool, typer.Option(
+        "--replace",
         help="replace a dataset of the same name (never one with spend, nor a public one that runs used)")] = False,
     format: Annotated[Optional[Format], typer.Option(
         "--format", help="the file's format (default: from the file extension)")] = None,
@@ -49,7 +50,8 @@ def ingest(
     header: Annotated[bool, typer.Option(help="CSV/TSV: the first row names the columns")] = True,
     label: Annotated[list[str], typer.Option(
         "--label", help="RAW=NAME: label value in the file -> label name, e.g. 0=negative")] = [],  # noqa: B006
-    skip_empty: Annotated[bool, typer.Option(help="leave out rows with an empty input/output")] = False,
+    skip_empty: Annotated[bool, typer.Option(
+        "--skip-empty", help="leave out rows with an empty input/output")] = False,
     subset: Annotated[str | None, typer.Option(
         "--subset", help="BUCKETS:KEEP[,KEEP...]: only the rows hashed into these buckets, e.g. 3:0,1 "
                          "(and 3:2 for the disjoint rest)")] = None,

@@ -61,6 +61,7 @@ def plan(
     screen_lambda: Annotated[Optional[float], typer.Option(help="adapmixed: noisy-screen λ (default 1e-4)")] = None,
     screen_sigma: Annotated[Optional[float], typer.Option(help="adapmixed: noisy-screen σ (default 1e-2)")] = None,
     accept_unproven_guarantee: Annotated[bool, typer.Option(
+        "--accept-unproven-guarantee",
         help="dps-mozo with --shots > 1: plan on paper 000's unproven per-token claim (docs/PRIVACY.md)")] = False,
     db: DbOption = None,
     as_json: JsonOption = False,

@@ -125,3 +125,17 @@ def test_dpicl_plan_gives_sga_and_ksa_public_parameters():
                                  "100", "--epsilon", "2.99747", "--delta", str(DELTA), "--json"])
     out = json.loads(result.output.strip().splitlines()[-1])
     assert out["method"] == "ksa-public" and out["epsilon_em"] == pytest.approx(0.63, abs=1e-3)
+
+
+def test_plans_for_a_million_queries_compose_identical_events_by_count():
+    """`dpicl plan --method sga --queries 1000000` hung: each step of the search composed a list of a million
+    events. Composed by count (`times`) the bound is the same as the list's, and a million queries plan in seconds."""
+    from dpicl.privacy.accounting.auto import total_epsilon
+    from dpicl.privacy.accounting.calibration import times
+    from dpicl.privacy.mechanisms import joint_em, ksa_ptr, sga
+
+    event = sga.cost(0.05, 0.03, 3.0, 2, 0.03)
+    assert total_epsilon(times(event, 40), 1e-4) == pytest.approx(total_epsilon([event] * 40, 1e-4), rel=1e-9)
+    for planned in (sga.plan(0.0333, 10**6, 4.0, 1e-4, levels=2), joint_em.plan(0.02, 10**6, 3.0, 5e-5),
+                    ksa_ptr.plan(0.02, 10**6, 3.0, 5e-5)):
+        assert planned["epsilon_certified"] <= planned["epsilon"] * (1 + 1e-9)

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ..accounting.auto import total_epsilon
+from ..accounting.calibration import times
 from ..accounting.events import SubsampledExponentialEvent
 from ..search import largest
 
@@ -179,7 +180,7 @@ def per_query_epsilon(sampling_rate: float, queries: int, epsilon: float, delta:
     _check_target(sampling_rate, queries, epsilon, delta)
 
     def fits(x: float) -> bool:
-        return total_epsilon([cost(x, sampling_rate)] * queries, delta) <= epsilon
+        return total_epsilon(times(cost(x, sampling_rate), queries), delta) <= epsilon
 
     lo = largest(fits, start=1.0, limit=_EPS_MAX, rel_tol=_REL_TOL)  # 0 ("no release") when nothing fits
     if lo == 0.0:
@@ -198,7 +199,7 @@ def plan(sampling_rate: float, queries: int, epsilon: float, delta: float) -> di
         "sampling_rate": sampling_rate,
         "epsilon_em": eps_em,
         "sensitivity": SENSITIVITY,
-        "epsilon_certified": total_epsilon([cost(eps_em, sampling_rate)] * queries, delta),
+        "epsilon_certified": total_epsilon(times(cost(eps_em, sampling_rate), queries), delta),
     }
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from ..accounting.auto import total_epsilon
+from ..accounting.calibration import times
 from ..accounting.events import SubsampledPTREvent
 from ..search import smallest
 from . import joint_em
@@ -182,7 +183,7 @@ def _smallest_noise_multiplier(epsilon_em: float, delta0: float, sampling_rate: 
     """Smallest nm (to _REL_TOL) with T PTR events ≤ ε at δ; the feasible end of the final bracket."""
 
     def fits(nm: float) -> bool:
-        return total_epsilon([cost(epsilon_em, nm, delta0, sampling_rate)] * queries, delta) <= epsilon
+        return total_epsilon(times(cost(epsilon_em, nm, delta0, sampling_rate), queries), delta) <= epsilon
 
     # as nm → 0 the Gaussian RDP (and ε) grows without bound: 0 is the infeasible end
     nm = smallest(fits, start=1.0, limit=_NM_MAX, lower=0.0, rel_tol=_REL_TOL)
@@ -239,5 +240,5 @@ def plan(
         "delta0_fraction": delta0_fraction,
         "failure_delta": event.failure_delta * queries,
         "offset": ptr_offset(nm, delta0),
-        "epsilon_certified": total_epsilon([event] * queries, delta),
+        "epsilon_certified": total_epsilon(times(event, queries), delta),
     }

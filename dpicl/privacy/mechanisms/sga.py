@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..accounting.auto import total_epsilon
+from ..accounting.calibration import times
 from ..accounting.events import SubsampledDPMEvent
 from ..search import bisect, largest
 from .dpm import level_shares
@@ -54,7 +55,7 @@ def _pure_part_epsilon(em_epsilon: float, count_epsilon: float, levels: int, sam
     """ε of the split choices and counts alone over ``queries`` queries: the event with negligible Gaussian noise,
     accounted exactly as the ledger will (amplified without a cap, since the whole event has none)."""
     event = cost(em_epsilon, count_epsilon, _NM_NEGLIGIBLE, levels, sampling_rate)
-    return total_epsilon([event] * queries, delta)
+    return total_epsilon(times(event, queries), delta)
 
 
 def _largest(fits) -> float:
@@ -95,7 +96,8 @@ def plan(sampling_rate: float, queries: int, epsilon: float, delta: float, *, le
                                             delta, em_epsilon, count_epsilon)
 
     def fits(nm: float) -> bool:
-        return total_epsilon([cost(em_epsilon, count_epsilon, nm, levels, sampling_rate)] * queries, delta) <= epsilon
+        event = cost(em_epsilon, count_epsilon, nm, levels, sampling_rate)
+        return total_epsilon(times(event, queries), delta) <= epsilon
 
     if not fits(_NM_MAX):
         raise ValueError(f"the split choices (ε_EM = {em_epsilon:g}) and counts (ε = {count_epsilon:g}) per query "
@@ -117,5 +119,5 @@ def plan(sampling_rate: float, queries: int, epsilon: float, delta: float, *, le
         "noise_multiplier": nm,
         "sensitivity": SENSITIVITY,
         "sigma": event.sigma,
-        "epsilon_certified": total_epsilon([event] * queries, delta),
+        "epsilon_certified": total_epsilon(times(event, queries), delta),
     }

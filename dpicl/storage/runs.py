@@ -71,11 +71,19 @@ def stored_plan(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict[str, 
 
 
 def latest_plan_event(con: duckdb.DuckDBPyConnection, dataset: str) -> str | None:
-    """The per-query event of the latest run on `dataset` that stored a plan (the current plan), or None."""
-    row = con.execute(
+    """The per-query event of the latest run on `dataset` that stored a paid plan (the current plan), else of the
+    latest free one (public data only, or a rerun that post-processes: it says nothing of what the budget still
+    pays for while a paid plan exists), or None."""
+    rows = con.execute(
         "SELECT a.payload FROM runs r JOIN artifacts a ON a.run_id = r.run_id AND a.stage = 'run_plan' "
-        "WHERE r.dataset = ? ORDER BY r.started_at DESC, r.run_id LIMIT 1", [dataset]).fetchone()
-    return None if row is None else json.loads(bytes(row[0]).decode("utf-8"))["event_json"]
+        "WHERE r.dataset = ? ORDER BY r.started_at DESC, r.run_id", [dataset])
+    latest_free = None
+    while (row := rows.fetchone()) is not None:
+        event_json = json.loads(bytes(row[0]).decode("utf-8"))["event_json"]
+        if json.loads(event_json).get("kind") != "public_data":
+            return event_json
+        latest_free = latest_free or event_json
+    return latest_free
 
 
 def _plan_key(run_id: str) -> str:

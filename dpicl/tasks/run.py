@@ -20,7 +20,7 @@ from dpicl.methods.base import Budget, Facts, Plan
 from dpicl.planning import for_people, payable_words
 from dpicl.privacy.accounting import choose_accountant
 from dpicl.privacy.accounting.composed import composed_events
-from dpicl.privacy.accounting.events import PublicDataEvent
+from dpicl.privacy.accounting.events import PublicDataEvent, event_from_json
 from dpicl.spend_plot import spend_data_url
 from dpicl.storage import get_dataset
 from dpicl.storage.ledger import (
@@ -31,7 +31,7 @@ from dpicl.storage.ledger import (
     spend_history,
 )
 from dpicl.storage.ledger import Budget as OpenBudget
-from dpicl.storage.runs import create_run, finish_run, store_plan
+from dpicl.storage.runs import create_run, finish_run, latest_plan_event, store_plan
 from dpicl.tasks import context
 from dpicl.tasks.common import STAGE
 
@@ -96,7 +96,10 @@ def publish(db_path: str, run_id: str, query_ids: list[str], released: list[dict
             "SELECT query_id, status FROM queries WHERE backlog = ? AND query_id = ANY(?)",
             [cfg.backlog, query_ids],
         ).fetchall())
-        summary = budget_report(con, cfg.private_dataset, run.event_json)
+        # a free run's own plan says nothing of what the budget still pays for: the latest paid plan does
+        free = isinstance(event_from_json(run.event_json), PublicDataEvent)
+        summary = budget_report(con, cfg.private_dataset,
+                                latest_plan_event(con, cfg.private_dataset) if free else run.event_json)
         history = spend_history(con, cfg.private_dataset)
         finish_run(con, run_id, "completed")
     rows = [

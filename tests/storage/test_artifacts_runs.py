@@ -76,6 +76,26 @@ def test_runs(con):
         finish_run(con, "nope", "failed")
 
 
+def test_the_current_plan_is_the_latest_paid_one_not_a_later_free_rerun(con):
+    """After a free `rerun --from release`, `dpicl budget show` said the budget paid for unlimited queries."""
+    import time
+
+    from dpicl.privacy.accounting.events import PublicDataEvent
+    from dpicl.privacy.mechanisms import esa
+    from dpicl.storage.runs import latest_plan_event, store_plan
+
+    assert latest_plan_event(con, "tiny") is None
+    free = PublicDataEvent("sga:post-processing").to_json()
+    paid = [esa.cost(noise_multiplier=nm, sampling_rate=0.1).to_json() for nm in (2.0, 3.0)]
+    for run_id, event in (("free-first", free), ("paid-1", paid[0]), ("paid-2", paid[1]), ("free-rerun", free)):
+        create_run(con, run_id, "esa", "tiny", "bl", {}, None)
+        store_plan(con, run_id, "bl", {}, event)
+        if run_id == "free-first":
+            assert latest_plan_event(con, "tiny") == free  # only free runs: the free plan
+        time.sleep(0.01)  # distinct start times
+    assert latest_plan_event(con, "tiny") == paid[1]
+
+
 def test_a_run_stored_before_empty_answers_existed_reads_as_letting_answers_end_blank(con):
     """Its outputs were generated when the model could end an answer at once: a rerun must not take them for outputs
     of today's default (`generation.empty_answers: false`), nor regenerate its public outputs that way."""

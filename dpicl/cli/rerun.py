@@ -101,7 +101,7 @@ def rerun(
     embeddings (no LLM call before that stage). Serving stored releases and post-processing stored DP aggregates is
     free; every new draw from private artifacts is a new release, charged to the ledger like any run."""
     from dpicl.storage.db import default_db_path, is_file_target
-    from dpicl.tasks.rerun import analyse
+    from dpicl.tasks.rerun import analyse, refusal
 
     from_stage, method = from_stage.value, method.value if method else None
 
@@ -123,11 +123,7 @@ def rerun(
         return
     if not report["payable"]:
         console.print(describe(report), soft_wrap=True)
-        fits = report["affordable_queries"]
-        fail(f"the budget of {report['dataset']!r} cannot pay for this rerun (ε {report['epsilon_charged']:.4f} more, "
-             f"limit {report['epsilon_limit']:g}); nothing was charged. Use "
-             + (f"--max-queries {fits}, " if fits else "")
-             + "a cheaper setting (e.g. a larger method.planned_queries), or --from release (free)")
+        fail(refusal(report))
     from dpicl.flows.rerun import rerun as rerun_flow
 
     result = rerun_flow(run_id=run_id, from_stage=from_stage, config=config, method=method, overrides=set_,

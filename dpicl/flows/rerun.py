@@ -33,6 +33,7 @@ from dpicl.tasks.rerun import (
     analyse,
     derived_backlog,
     open_rerun,
+    refusal,
     reserve_free,
     serve,
     top_up,
@@ -55,12 +56,7 @@ def plan_rerun(run_id: str, from_stage: str, config: str | None, method: str | N
         report = analyse(con, run_id, from_stage, config=config, method=method, overrides=overrides,
                          max_queries=max_queries)
     if not report["payable"]:
-        raise RerunError(
-            f"the budget of {report['dataset']!r} cannot pay for this rerun: it would charge ε "
-            f"{report['epsilon_charged']:.4f} (ε {report['epsilon_before']:.4f} of {report['epsilon_limit']:g} spent, "
-            f"→ {report['epsilon_after']:.4f}). Nothing was charged. Re-run fewer queries (--max-queries "
-            f"{report['affordable_queries']} fits), a cheaper setting (e.g. a larger method.planned_queries), or "
-            "--from release (free)")
+        raise RerunError(refusal(report))
     c = report["counts"]
     get_run_logger().info("rerun of %s from %s with %s: %d new releases (%d fresh, %d reused subsamples, %d top-ups), "
                           "%d served, %d post-processed; ε %.4f charged", run_id, from_stage, report["method"],

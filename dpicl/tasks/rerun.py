@@ -365,10 +365,13 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
     spent_events = ledger_events(con, cfg.private_dataset)
     before = ledger_epsilon(spent_events, budget.delta)
     after = ledger_epsilon([*spent_events, *adds], budget.delta)
-    affordable = len(query_ids)
+    affordable, top_ups_after = len(query_ids), before
     if after > budget.epsilon:
         affordable = reuse.affordable_prefix(query_ids, category, top_ups, event_json, reused_event, spent_events,
                                              budget.epsilon, budget.delta)
+        owed = [e for q in query_ids for _, e in top_ups.get(q, [])]
+        if owed:  # what no setting of the new releases changes
+            top_ups_after = ledger_epsilon([*spent_events, *owed], budget.delta)
     counts = {c: sum(category[q] == c for q in query_ids) for c in (*CHARGED, *FREE)}
     return {
         "source_run": source_run_id, "root_run": root_id, "from_stage": from_stage, "method": name,
@@ -380,7 +383,23 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
         "event_json": event_json, "reused_event_json": reused_event,
         "epsilon_limit": budget.epsilon, "delta": budget.delta, "epsilon_before": before, "epsilon_after": after,
         "epsilon_charged": after - before, "payable": after <= budget.epsilon, "affordable_queries": affordable,
+        "epsilon_top_ups": top_ups_after - before,
     }
+
+
+def refusal(report: dict[str, Any]) -> str:
+    """Why a rerun the budget cannot pay for is refused, and what would fit."""
+    fits = report["affordable_queries"]
+    if report["epsilon_before"] + report["epsilon_top_ups"] > report["epsilon_limit"]:
+        advice = (f"the top-ups it owes for reusing the run's subsamples alone (ε {report['epsilon_top_ups']:.4f}) "
+                  "exceed what remains, whatever the new releases' settings: "
+                  + (f"--max-queries {fits}, or " if fits else "") + "--from release (free)")
+    else:
+        advice = ("use " + (f"--max-queries {fits}, " if fits else "")
+                  + "a cheaper setting (e.g. a larger method.planned_queries), or --from release (free)")
+    return (f"the budget of {report['dataset']!r} cannot pay for this rerun: it would charge ε "
+            f"{report['epsilon_charged']:.4f} (ε {report['epsilon_before']:.4f} of {report['epsilon_limit']:g} "
+            f"spent, → {report['epsilon_after']:.4f}); nothing was charged. {advice[0].upper()}{advice[1:]}")
 
 
 _PLANS: dict[tuple, tuple[dict, str]] = {}

@@ -271,6 +271,20 @@ def test_a_rerun_the_budget_cannot_pay_is_refused_and_charges_nothing(env):
     assert _snapshot(db) == before
 
 
+def test_a_refusal_whose_top_ups_alone_exceed_the_budget_does_not_advise_a_cheaper_setting():
+    """It advised a larger method.planned_queries when only the top-ups it owed, which no setting lowers, did not
+    fit: an operator tried 10⁷ and waited."""
+    from dpicl.tasks.rerun import refusal
+
+    report = {"dataset": "d", "epsilon_before": 3.0, "epsilon_limit": 4.0, "epsilon_after": 5.5,
+              "epsilon_charged": 2.5, "affordable_queries": 0, "epsilon_top_ups": 1.5}
+    stuck = refusal(report)
+    assert "top-ups it owes" in stuck and "ε 1.5000" in stuck and "planned_queries" not in stuck
+    assert "--from release (free)" in stuck and "--max-queries" not in stuck
+    cheaper = refusal({**report, "epsilon_top_ups": 0.2, "affordable_queries": 3})
+    assert "a larger method.planned_queries" in cheaper and "--max-queries 3" in cheaper and "top-ups" not in cheaper
+
+
 def test_overrides_are_parsed_as_yaml_values():
     assert parse_overrides(["method.k=5", "method.select=top1", "seed=null", "x.y=0.5"]) == [
         ("method.k", 5), ("method.select", "top1"), ("seed", None), ("x.y", 0.5)]

@@ -10,7 +10,7 @@ import typer
 
 from dpicl.cli.choices import MethodName, Stage
 from dpicl.cli.common import DbOption
-from dpicl.cli.console import console
+from dpicl.cli.console import console, err_console
 from dpicl.cli.errors import fail
 
 
@@ -64,14 +64,21 @@ def describe(report: dict[str, Any]) -> str:
             f"(--max-queries {report['affordable_queries']})" if report["affordable_queries"] else
             "the budget CANNOT pay for any of them"))
     )
+    if report["free_from_release"]:
+        lines.append(f"  {FREE_INSTEAD}")
     return "\n".join(lines)
+
+
+FREE_INSTEAD = ("no setting that shapes the DP aggregate differs from the run's: `--from release` answers with these "
+                "settings for free (post-processing of its stored aggregates), this rerun draws new ones, charged")
 
 
 def summary(report: dict[str, Any]) -> dict[str, Any]:
     """The report without keys or per-query maps: what a dry run prints as JSON (ids and numbers only)."""
     keep = ("source_run", "root_run", "from_stage", "method", "source_method", "dataset", "backlog", "not_in_source",
             "counts", "top_up_entries", "event_json", "reused_event_json", "epsilon_limit", "delta",
-            "epsilon_before", "epsilon_after", "epsilon_charged", "payable", "affordable_queries")
+            "epsilon_before", "epsilon_after", "epsilon_charged", "payable", "affordable_queries",
+            "epsilon_top_ups", "free_from_release")
     return {**{k: report[k] for k in keep}, "queries": len(report["queries"]),
             "per_query": {q: report["category"][q] for q in report["queries"]}}
 
@@ -124,6 +131,8 @@ def rerun(
     if not report["payable"]:
         console.print(describe(report), soft_wrap=True)
         fail(refusal(report))
+    if report["free_from_release"]:
+        err_console.print(f"warning: {FREE_INSTEAD}", markup=False)
     from dpicl.flows.rerun import rerun as rerun_flow
 
     result = rerun_flow(run_id=run_id, from_stage=from_stage, config=config, method=method, overrides=set_,

@@ -284,13 +284,7 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
             raise RerunError(f"--from release keeps the mechanism of run {source_run_id!r} ({source['method']}): its "
                              f"stored DP aggregates are what is post-processed. To answer with {name!r}, re-run "
                              "--from aggregate (a new release, charged)")
-        aggregate_side = {k: v for k, v in cfg.method.model_dump(mode="json").items() if k not in registered.release_only}
-        source_side = {k: v for k, v in source_cfg.method.model_dump(mode="json").items()
-                       if k not in registered.release_only}
-        changed = [f"method.{k}" for k in sorted(set(aggregate_side) | set(source_side))
-                   if not _same(aggregate_side.get(k), source_side.get(k))]
-        if not _same(cfg.task.model_dump(mode="json"), source_cfg.task.model_dump(mode="json")):
-            changed.append("task")
+        changed = _aggregate_changes(cfg, source_cfg, registered)
         if changed:
             raise RerunError(f"{', '.join(changed)} shape(s) the DP aggregate, which --from release reuses as run "
                              f"{source_run_id!r} drew it; change only release settings "
@@ -373,7 +367,11 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
         if owed:  # what no setting of the new releases changes
             top_ups_after = ledger_epsilon([*spent_events, *owed], budget.delta)
     counts = {c: sum(category[q] == c for q in query_ids) for c in (*CHARGED, *FREE)}
+    # a charged rerun that changes release settings only: --from release does the same for free
+    free_instead = (from_stage == "aggregate" and name == source["method"]
+                    and not _aggregate_changes(cfg, source_cfg, registered))
     return {
+        "free_from_release": free_instead,
         "source_run": source_run_id, "root_run": root_id, "from_stage": from_stage, "method": name,
         "source_method": source["method"], "dataset": cfg.private_dataset, "backlog": base,
         "config": cfg.model_dump(mode="json"), "queries": query_ids, "category": category,
@@ -385,6 +383,19 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
         "epsilon_charged": after - before, "payable": after <= budget.epsilon, "affordable_queries": affordable,
         "epsilon_top_ups": top_ups_after - before,
     }
+
+
+def _aggregate_changes(cfg: Config, source_cfg: Config, registered) -> list[str]:
+    """The settings that shape the DP aggregate (method settings other than release-only ones, and the task) in
+    which `cfg` differs from `source_cfg`."""
+    aggregate_side = {k: v for k, v in cfg.method.model_dump(mode="json").items() if k not in registered.release_only}
+    source_side = {k: v for k, v in source_cfg.method.model_dump(mode="json").items()
+                   if k not in registered.release_only}
+    changed = [f"method.{k}" for k in sorted(set(aggregate_side) | set(source_side))
+               if not _same(aggregate_side.get(k), source_side.get(k))]
+    if not _same(cfg.task.model_dump(mode="json"), source_cfg.task.model_dump(mode="json")):
+        changed.append("task")
+    return changed
 
 
 def refusal(report: dict[str, Any]) -> str:

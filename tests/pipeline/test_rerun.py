@@ -149,6 +149,12 @@ def test_dry_run_changes_nothing_and_counts_free_and_charged(env):
     readable = runner.invoke(app, ["rerun", run_id, "--from", "release", "--dry-run", "--db", db])
     assert readable.exit_code == 0, readable.output
     assert "served from stored releases (free): 6" in readable.output and "nothing was changed" in readable.output
+    # the same esa settings from aggregate: charged, while --from release would give them for free
+    assert not plan["free_from_release"] and not _report(db, run_id, overrides=["method.planned_queries=50"])[
+        "free_from_release"]
+    again = runner.invoke(app, ["rerun", run_id, "--from", "aggregate", "--dry-run", "--db", db])
+    assert again.exit_code == 0 and "`--from release` answers with these settings for free" in " ".join(
+        again.output.split())
     assert _snapshot(db) == before
 
 

@@ -303,7 +303,8 @@ def serve(config: str, db: str | None, *, interval: float | None = None, cron: s
     else:
         echo(f"API token: in {token_path(db_path)} (owner-only)")
     echo(f"clients send it as HTTP basic auth {TOKEN_USER}:<token> (Prefect clients: "
-         f"PREFECT_API_AUTH_STRING={TOKEN_USER}:<token>; the UI asks for it)")
+         f"PREFECT_API_AUTH_STRING={TOKEN_USER}:<token>; in the UI's login box type {TOKEN_USER}:<token>, "
+         "the user name too)")
     fixed = Deployment(config=config_path, db=db_path, out_dir=str(Path(out_dir).resolve()), max_queries=max_queries)
 
     main_thread = threading.current_thread() is threading.main_thread()

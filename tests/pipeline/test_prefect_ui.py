@@ -68,3 +68,28 @@ def test_the_ui_shows_the_run_its_progress_releases_budget_and_spend_picture(ui,
 
     for shown in (listing, releases, budget):
         assert not any(snippet in shown for snippet in _private_snippets())
+
+
+def test_the_ui_of_a_served_database_logs_in_with_dpicl_and_the_token_not_the_token_alone(ui, tmp_path):
+    """`dpicl serve` requires its token on every API call; the UI's login box takes `dpicl:<token>` (what serve now
+    prints), and refuses the token alone."""
+    from dpicl.serve import TOKEN_USER, auth_string, start_server
+
+    token = "a-token-for-this-test-only"
+    server = start_server("127.0.0.1", ui._free_port(), tmp_path / "prefect-home", auth=auth_string(token))
+    try:
+        with ui.browser_page() as page:
+            page.goto(server.ui_url, wait_until="networkidle", timeout=60_000)
+            box = page.locator("input[type=password]")
+            box.wait_for(timeout=30_000)
+            box.fill(token)
+            page.get_by_role("button", name="Login").click()
+            page.wait_for_timeout(3000)  # the answer to the login's auth check
+            assert "/login" in page.url and box.is_visible()  # the token alone is refused
+            box.fill(f"{TOKEN_USER}:{token}")
+            page.get_by_role("button", name="Login").click()
+            page.wait_for_url("**/dashboard**", timeout=30_000)
+            page.get_by_text("Dashboard").first.wait_for(timeout=30_000)
+            assert "/login" not in page.url
+    finally:
+        server.stop()

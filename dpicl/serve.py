@@ -22,9 +22,10 @@ Parameters carry names and paths only (config, database); no private text reache
 
 Security (docs/SECURITY.md): the API requires a token, sent as HTTP basic auth `dpicl:<token>` (Prefect's own
 `server.api.auth_string`, compared in constant time). It is generated on the first start for a database, stored
-owner-only (0600) beside it as `<db>.serve-token`, and printed that once. The server binds the loopback unless
-`--allow-remote` is given (with a warning). The deployed flows are those of `dpicl.served`: config, database and
-the per-run query limit are the deployment's; a call cannot choose a config file or exceed the limit.
+owner-only (0600) beside it as `<db>.serve-token`, and printed that once, on a terminal only (never into a
+log). The server binds the loopback unless `--allow-remote` is given (with a warning). The deployed flows are
+those of `dpicl.served`: config, database and the per-run query limit are the deployment's; a call cannot choose a
+config file or exceed the limit.
 """
 
 from __future__ import annotations
@@ -298,10 +299,10 @@ def serve(config: str, db: str | None, *, interval: float | None = None, cron: s
     if not is_loopback(host):
         echo(f"warning: --allow-remote: the API on {host}:{port} is reachable from other machines; every call "
              "needs the token, which travels unencrypted over HTTP: put a TLS proxy in front")
-    if created:
+    if created and sys.stdout.isatty():
         echo(f"API token (shown this once; kept owner-only in {token_path(db_path)}): {token}")
-    else:
-        echo(f"API token: in {token_path(db_path)} (owner-only)")
+    else:  # never into a log file or a service's journal
+        echo(f"API token: in {token_path(db_path)} (owner-only; `cat` it)")
     echo(f"clients send it as HTTP basic auth {TOKEN_USER}:<token> (Prefect clients: "
          f"PREFECT_API_AUTH_STRING={TOKEN_USER}:<token>; in the UI's login box type {TOKEN_USER}:<token>, "
          "the user name too)")

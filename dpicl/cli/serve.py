@@ -31,7 +31,8 @@ def serve(
 ) -> None:
     """Start a local Prefect server (UI), serve the answer-backlog deployment on a schedule and the evaluate and
     rerun deployments on demand, until Ctrl-C. Flow runs write the database one at a time. The API needs the
-    token printed on the first start (kept in <db>.serve-token); calls cannot choose the config or the database."""
+    token printed on the first start on a terminal (kept in <db>.serve-token); calls cannot choose the config or
+    the database."""
     from dpicl.serve import ServeError
     from dpicl.serve import serve as run_serve
 

@@ -3,8 +3,10 @@ binds unless allowed, and served flows whose config, database and query limit ar
 
 from __future__ import annotations
 
+import io
 import os
 import stat
+import sys
 from pathlib import Path
 
 import httpx
@@ -101,6 +103,12 @@ def test_serve_with_allow_remote_warns_and_starts_the_server_with_the_token_show
         raise KeyboardInterrupt  # stops serve() right there, as Ctrl-C during start-up would
 
     monkeypatch.setattr(serving, "start_server", start)
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stdout", Terminal())  # shown on a terminal only (test_serve: never into a file)
     db = tmp_path / "x.duckdb"
     first, second = [], []
     serving.serve("demo", str(db), host="0.0.0.0", allow_remote=True, echo=first.append)

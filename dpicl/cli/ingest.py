@@ -65,6 +65,7 @@ def ingest(
     registered private dataset (or, ingested as private, a public one) is refused unless --distinct-from-existing."""
     from dpicl.config import DataSource, load_config
     from dpicl.storage.ingest import ingest_source
+    from dpicl.storage.queries import backlog_counts
 
     if config is None and name is None and path is not None and _is_config(path):
         config, path = str(path), None
@@ -114,7 +115,11 @@ def ingest(
                 console.print(f"{source.name!r} is already ingested from this content with these options: unchanged")
                 continue
             skipped = "already present or empty" if source.kind == "queries" else "empty"
+            backlog = ""
+            if source.kind == "queries":  # appended to what the backlog already held
+                counts = backlog_counts(con, source.name)
+                backlog = f"; the backlog now holds {sum(counts.values())} ({counts.get('pending', 0)} pending)"
             console.print(f"ingested {report.rows_added} rows into {source.name!r}"
                           + (f" ({report.rows_skipped} skipped: {skipped})" if report.rows_skipped else "")
                           + (f" ({report.rows_left_out_by_subset} outside the subset)"
-                             if report.rows_left_out_by_subset else ""))
+                             if report.rows_left_out_by_subset else "") + backlog)

@@ -162,7 +162,8 @@ def test_ingest_from_the_data_section_of_a_config(tmp_path):
     _write(tmp_path / "q.jsonl", [{"n": "q1", "t": "a query"}, {"n": "q2", "t": "another"}])
     again = " ".join(runner.invoke(app, ["ingest", str(config), "--db", str(db)]).output.split())
     assert "'p' is already ingested from this content with these options: unchanged" in again
-    assert "ingested 1 rows into 'q' (1 skipped: already present or empty); the backlog now holds 2 (2 pending)" in again
+    assert ("ingested 1 rows into 'q' (1 skipped: already present or empty); the backlog now holds 2 (2 pending)"
+            in again)
 
 
 def test_ingest_refuses_registered_private_data_again_unless_declared_distinct(tmp_path):

@@ -65,6 +65,7 @@ from typing import Literal
 import duckdb
 
 from dpicl.names import name_problem
+from dpicl.storage.budget_limits import delta_problem
 from dpicl.storage.db import connect, dialect, transaction
 from dpicl.storage.ingest_options import (
     FORMAT_NAMES,
@@ -127,6 +128,13 @@ def ingest_dataset(con: duckdb.DuckDBPyConnection, path: str | Path, name: str,
         keep_subset(source, options.subset, f"dataset '{name}'")
         stage = _staged(con, source, ("id", "input", "output"))
         n = con.execute(f"SELECT count(*) FROM {stage}").fetchone()[0]
+        if existing:  # the budget kept through a replace must still have δ < 1/n for the new records
+            budget = con.execute("SELECT delta FROM budgets WHERE dataset = ?", [name]).fetchone()
+            problem = None if budget is None else delta_problem(budget[0], n)
+            if problem is not None:
+                raise IngestError(path, f"dataset '{name}' keeps its budget through the replace, and its {problem}: "
+                                        f"replace the budget first (`dpicl budget open {name} --replace ...`: "
+                                        "nothing was spent from it), or ingest the new data under another name")
         recorded = asdict(fields) | options.recorded()
         repeated, in_common = registered_repeats(con, name, kind, source.sha256, recorded, stage)
         if repeated and not distinct_from_existing:

@@ -90,6 +90,9 @@ def open_budget(con: duckdb.DuckDBPyConnection, dataset: str, epsilon: float, de
         if entries:
             raise BudgetError(f"dataset {dataset!r} has {entries} ledger entries: its spend is permanent, so its "
                               "budget cannot be replaced")
+        # what earlier (refused) reservations derived at the old δ: the cached PRV bounds are keyed without δ
+        for derived in ("prv_bounds", "budget_events", "budget_spent"):
+            con.execute(f"DELETE FROM {derived} WHERE dataset = ?", [dataset])
         con.execute("UPDATE budgets SET epsilon = ?, delta = ? WHERE dataset = ?", [epsilon, delta, dataset])
     return Budget(dataset, epsilon, delta)
 

@@ -103,6 +103,22 @@ def test_a_budget_nothing_was_spent_from_can_be_replaced_one_with_spend_never(co
     assert get_budget(con, "d").epsilon == 1.0
 
 
+def test_a_replaced_budget_never_reuses_bounds_computed_at_the_old_delta(con):
+    """The cached PRV bounds are keyed without δ: a budget replaced with a smaller δ was charged with the bounds of
+    the larger one (0.24 where 1.74 was owed), after a refused run had computed them."""
+    from dpicl.storage.ledger import payable_count, reserve_batch, verify_budget
+
+    event = esa.cost(noise_multiplier=1.0, sampling_rate=0.01).to_json()
+    open_budget(con, "d", 0.01, 1e-3)
+    assert payable_count(con, "d", event, 50) == 0  # refused: but its bounds at δ = 1e-3 are stored
+    open_budget(con, "d", 50.0, 1e-9, replace=True)
+    paid = reserve_batch(con, dataset="d", run_id="run", backlog="b", query_ids=[f"q{i}" for i in range(50)],
+                         mechanism="esa", event_json=event)
+    assert len(paid) == 50
+    check = verify_budget(con, "d")
+    assert check["ok"] and check["epsilon_incremental"] >= check["epsilon_full"] > 1.0, check
+
+
 def test_a_delta_of_one_over_n_or_more_is_refused(con):
     """δ = 1/n permits publishing one of the n records outright; the fixture's dataset has 20 records."""
     from dpicl.storage.ledger import get_budget

@@ -293,6 +293,18 @@ def test_existing_name_is_refused_unless_replace(con, tmp_path):
     assert dataset["n_records"] == 1 and dataset["source_path"] == str(second.resolve()) and dataset["teacher_key"] != key
 
 
+def test_a_replace_that_would_leave_the_budgets_delta_at_or_above_one_over_n_is_refused(con, tmp_path):
+    """δ < 1/n is checked when a budget opens; a replace by more records kept the budget's δ whatever n became."""
+    ingest_dataset(con, write(tmp_path, "a.jsonl", jsonl(good_rows(3))), "d", "private", "qa", MAP)
+    con.execute("INSERT INTO budgets (dataset, epsilon, delta) VALUES ('d', 1.0, 0.2)")  # 0.2 < 1/3
+    more = write(tmp_path, "b.jsonl", jsonl([{"uid": f"z{i}", "text": f"new {i}", "label": "n"} for i in range(5)]))
+    with pytest.raises(IngestError, match=r"keeps its budget through the replace.*1/n = 1/5"):
+        ingest_dataset(con, more, "d", "private", "qa", MAP, replace=True)
+    assert len(load_records(con, "d")) == 3
+    fewer = write(tmp_path, "c.jsonl", jsonl([{"uid": "y", "text": "one", "label": "n"}]))
+    assert ingest_dataset(con, fewer, "d", "private", "qa", MAP, replace=True).rows_added == 1
+
+
 def test_the_same_content_with_the_same_options_again_changes_nothing(con, tmp_path):
     """`dpicl ingest CONFIG` a second time stopped at the first dataset ingested already."""
     path = write(tmp_path, "a.jsonl", jsonl(good_rows(3)))

@@ -65,12 +65,14 @@ def describe(report: dict[str, Any]) -> str:
             "the budget CANNOT pay for any of them"))
     )
     if report["free_from_release"]:
-        lines.append(f"  {FREE_INSTEAD}")
+        lines.append(f"  {free_instead(report)}")
     return "\n".join(lines)
 
 
-FREE_INSTEAD = ("no setting that shapes the DP aggregate differs from the run's: `--from release` answers with these "
-                "settings for free (post-processing of its stored aggregates), this rerun draws new ones, charged")
+def free_instead(report: dict[str, Any]) -> str:
+    return (f"no setting that shapes the DP aggregate differs from the run's: `--from release` answers "
+            f"{report['free_from_release']} of these {len(report['queries'])} queries (those whose aggregates the "
+            "run stored) with these settings for free; this rerun draws new aggregates, charged")
 
 
 def summary(report: dict[str, Any]) -> dict[str, Any]:
@@ -132,7 +134,7 @@ def rerun(
         console.print(describe(report), soft_wrap=True)
         fail(refusal(report))
     if report["free_from_release"]:
-        err_console.print(f"warning: {FREE_INSTEAD}", markup=False)
+        err_console.print(f"warning: {free_instead(report)}", markup=False)
     from dpicl.flows.rerun import rerun as rerun_flow
 
     result = rerun_flow(run_id=run_id, from_stage=from_stage, config=config, method=method, overrides=set_,

@@ -359,17 +359,18 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
     spent_events = ledger_events(con, cfg.private_dataset)
     before = ledger_epsilon(spent_events, budget.delta)
     after = ledger_epsilon([*spent_events, *adds], budget.delta)
-    affordable, top_ups_after = len(query_ids), before
+    affordable, top_ups_after = len(query_ids), None  # the top-ups' share: worked out for a refusal only
     if after > budget.epsilon:
         affordable = reuse.affordable_prefix(query_ids, category, top_ups, event_json, reused_event, spent_events,
                                              budget.epsilon, budget.delta)
-        owed = [e for q in query_ids for _, e in top_ups.get(q, [])]
-        if owed:  # what no setting of the new releases changes
-            top_ups_after = ledger_epsilon([*spent_events, *owed], budget.delta)
+        owed = [e for q in query_ids for _, e in top_ups.get(q, [])]  # what no setting of the new releases changes
+        top_ups_after = ledger_epsilon([*spent_events, *owed], budget.delta) if owed else before
     counts = {c: sum(category[q] == c for q in query_ids) for c in (*CHARGED, *FREE)}
-    # a charged rerun that changes release settings only: --from release does the same for free
-    free_instead = (from_stage == "aggregate" and name == source["method"]
-                    and not _aggregate_changes(cfg, source_cfg, registered))
+    # a charged rerun that changes release settings only: --from release answers the queries whose DP aggregates
+    # the source run stored with these settings for free (how many)
+    free_instead = 0
+    if from_stage == "aggregate" and name == source["method"] and not _aggregate_changes(cfg, source_cfg, registered):
+        free_instead = len(set(query_ids) & set(stored_aggregates(con, source_run_id)))
     return {
         "free_from_release": free_instead,
         "source_run": source_run_id, "root_run": root_id, "from_stage": from_stage, "method": name,
@@ -381,7 +382,7 @@ def analyse(con: duckdb.DuckDBPyConnection, source_run_id: str, from_stage: str,
         "event_json": event_json, "reused_event_json": reused_event,
         "epsilon_limit": budget.epsilon, "delta": budget.delta, "epsilon_before": before, "epsilon_after": after,
         "epsilon_charged": after - before, "payable": after <= budget.epsilon, "affordable_queries": affordable,
-        "epsilon_top_ups": top_ups_after - before,
+        "epsilon_top_ups": None if top_ups_after is None else top_ups_after - before,
     }
 
 

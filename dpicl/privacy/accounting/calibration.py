@@ -12,6 +12,7 @@ import functools
 import hashlib
 import json
 import math
+import operator
 import os
 import tempfile
 from collections.abc import Sequence
@@ -101,6 +102,7 @@ def _stored_search(arguments: dict, search) -> float:
 
 def times(event: PrivacyEvent, count: int) -> list[PrivacyEvent]:
     """``count`` applications of ``event`` as one composed event (accountants compose it by count)."""
+    count = operator.index(count)  # a numpy integer too (ComposedEvent takes a Python int); never a float
     if count == 0:
         return []
     if isinstance(event, ComposedEvent):

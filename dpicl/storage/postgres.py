@@ -67,6 +67,9 @@ class PostgresConnection:
         # JSON columns come back as their text, as DuckDB gives them (the callers parse them)
         set_json_loads(lambda data: data.decode() if isinstance(data, bytes | bytearray | memoryview) else data,
                        self._conn)
+        # the ledger's locking reads a fresh snapshot after `SELECT … FOR UPDATE` (a budget replace counts the
+        # entries committed meanwhile): READ COMMITTED whatever the server's default
+        self._conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED")
         if read_only:
             self._conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
 

@@ -86,6 +86,21 @@ def _backlog(con, queries: int) -> None:
                 "SELECT 'b', 'q' || i, i, 'text', 'x' FROM generate_series(1, ?) t(i)", [queries])
 
 
+def test_transactions_are_read_committed_whatever_the_servers_default(postgres_url):
+    """The budget replace counts ledger entries after locking the budget row: under REPEATABLE READ that count
+    would come from the transaction's first snapshot, missing a reservation committed while it waited."""
+    admin = connect(postgres_url)
+    database = admin.execute("SELECT current_database()").fetchone()[0]
+    admin.execute(f"ALTER DATABASE {database} SET default_transaction_isolation = 'repeatable read'")
+    admin.close()
+    con = connect(postgres_url)
+    try:
+        assert con.execute("SHOW transaction_isolation").fetchone()[0] == "read committed"
+    finally:
+        con.execute(f"ALTER DATABASE {database} RESET default_transaction_isolation")
+        con.close()
+
+
 def test_concurrent_reservations_never_exceed_the_limit(postgres_url):
     """Eight writers reserve batches of one budget at once: each query paid at most once, the spend within the
     limit, the composed state equal to the entries, and the refused ones really beyond the limit."""

@@ -104,8 +104,8 @@ def describe(result: Plan, budget: dict[str, Any] | None = None) -> str:
         if b.get("free"):
             pays = "costs nothing: any number of queries"
         elif m.unit == "syntheses":  # one ledger charge pays for a whole synthesis
-            pays = (f"pays for {payable_words(b['queries_payable'])} more syntheses of {result.queries} demonstrations at these "
-                    "settings")
+            pays = (f"pays for {payable_words(b['queries_payable'])} more syntheses of {result.queries} "
+                    "demonstrations at these settings")
         else:
             pays = f"pays for {payable_words(b['queries_payable'])} more queries at these settings"
         lines.append(f"  open budget of {b['dataset']!r}: ε {b['epsilon_spent']:.4f} of {b['epsilon_limit']:g} spent "

@@ -37,7 +37,8 @@ def budget_open(
         fail(problem)
     with writing(db) as con:
         open_budget(con, dataset, epsilon, delta, replace=replace)
-    console.print(f"opened budget ε={epsilon:g}, δ={delta:g} on {dataset!r}")
+    console.print(f"{'replaced the budget by' if replace else 'opened budget'} ε={epsilon:g}, δ={delta:g} on "
+                  f"{dataset!r}")
     # docs/PRIVACY.md, "What is treated as public": said where the budget is opened, so nobody learns it later
     console.print("note: the dataset's record count (and, for classification, each label's record count) is treated "
                   "as public — it sets sampling rates that are stored with every release. If these counts are "

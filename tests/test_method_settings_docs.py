@@ -16,10 +16,6 @@ def test_every_setting_has_a_description(method):
                               f"attribute docstring below each field of {method.Settings.__name__})")
 
 
-def test_descriptions_come_from_attribute_docstrings():
-    assert methods.get("esa").Settings.model_config.get("use_attribute_docstrings") is True
-
-
 def test_the_methods_command_explains_one_methods_settings_and_lists_all_at_80_columns(monkeypatch):
     """`dpicl methods` was a table whose cells folded setting names mid-word at 80 columns; `dpicl methods NAME`
     prints each setting with its default and meaning."""
